@@ -1,0 +1,193 @@
+"""A sans-io Server-Sent Events framer that keeps every byte.
+
+The framer splits an upstream byte stream into *frames*: runs of lines that end
+with a blank line (an SSE event, or a block holding only comments), plus lone
+comment lines that arrive while no event is being built (``: ping``), so that a
+keep-alive is forwarded as soon as it is complete. Each frame carries the exact
+bytes it was made of; the concatenation of all frames plus :meth:`SSEFramer.close`
+is the input, byte for byte. The relay forwards whole frames only, so a client
+never sees half an event and proxai can always append an event of its own at a
+frame boundary.
+
+Lines end with LF, CRLF or a lone CR (WHATWG "event stream interpretation").
+A CR at the very end of a chunk ends its line at once; a LF that then starts the
+next chunk is the second half of that CRLF, not an empty line. The framer works
+on bytes, so a multi-byte UTF-8 sequence cut at a chunk edge needs no care.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+__all__ = ["SSEFrame", "SSEFrameTooLarge", "SSEFramer"]
+
+_LF = 0x0A
+_CR = 0x0D
+_BOM = b"\xef\xbb\xbf"
+
+
+class SSEFrameTooLarge(Exception):
+    """Raised by :meth:`SSEFramer.feed` when one frame grows past ``max_frame_bytes``."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"an SSE event grew to {size} bytes without ending (limit {limit})")
+        self.size = size
+        self.limit = limit
+
+
+@attrs.frozen(slots=True)
+class SSEFrame:
+    """One complete unit of the stream, with the bytes it arrived as.
+
+    ``event`` is the value of the last ``event:`` field, ``data`` the ``data:``
+    lines joined with LF (``None`` when the frame had no ``data:`` field, as for
+    a comment or a stray blank line). Other fields (``id:``, ``retry:``) are
+    kept in ``raw`` but not interpreted: proxai never needs them.
+    """
+
+    raw: bytes
+    event: str | None = None
+    data: bytes | None = None
+
+    @property
+    def is_event(self) -> bool:
+        """Whether a conforming SSE parser would dispatch this frame as an event."""
+        return self.data is not None
+
+
+class SSEFramer:
+    """Incremental framer: :meth:`feed` bytes in, complete :class:`SSEFrame` out."""
+
+    __slots__ = (
+        "_at_stream_start",
+        "_buf",
+        "_data",
+        "_event",
+        "_frame_start",
+        "_max_frame_bytes",
+        "_scan",
+        "_skip_lf",
+    )
+
+    def __init__(self, *, max_frame_bytes: int | None = None) -> None:
+        self._buf = bytearray()
+        self._frame_start = 0  # offset in _buf where the frame being built starts
+        self._scan = 0  # offset in _buf of the first unparsed line
+        self._event: str | None = None
+        self._data: list[bytes] | None = None
+        self._skip_lf = False  # the previous chunk ended with CR: a leading LF belongs to it
+        self._at_stream_start = True
+        self._max_frame_bytes = max_frame_bytes
+
+    @property
+    def pending(self) -> int:
+        """How many bytes are held back as part of an unfinished frame."""
+        return len(self._buf) - self._frame_start
+
+    def feed(self, chunk: bytes) -> list[SSEFrame]:
+        """Add bytes; return every frame they complete, in order."""
+        if not chunk:
+            return []
+        buf = self._buf
+        buf += chunk
+        frames: list[SSEFrame] = []
+        pos = self._scan
+        if self._skip_lf:
+            self._skip_lf = False
+            if buf[pos] == _LF:
+                # The second half of a CRLF cut by the chunk edge: a line ending already
+                # counted, kept as leading bytes of the frame being built.
+                pos += 1
+        end = len(buf)
+        while pos < end:
+            lf = buf.find(b"\n", pos)
+            cr = buf.find(b"\r", pos, lf if lf >= 0 else end)
+            if cr >= 0:
+                line_end = cr
+                if cr + 1 < end:
+                    nxt = cr + 2 if buf[cr + 1] == _LF else cr + 1
+                else:
+                    nxt = cr + 1
+                    self._skip_lf = True
+            elif lf >= 0:
+                line_end = lf
+                nxt = lf + 1
+            else:
+                break
+            frame = self._line(buf, pos, line_end, nxt)
+            pos = nxt
+            if frame is not None:
+                frames.append(frame)
+        self._scan = pos
+        if self._frame_start:
+            del buf[: self._frame_start]
+            self._scan -= self._frame_start
+            self._frame_start = 0
+        if self._max_frame_bytes is not None and len(buf) > self._max_frame_bytes:
+            raise SSEFrameTooLarge(len(buf), self._max_frame_bytes)
+        return frames
+
+    def close(self) -> bytes:
+        """End of stream: return the bytes of an unfinished frame (possibly empty).
+
+        A conforming parser discards an event that has no closing blank line, so
+        the caller decides whether these bytes are forwarded or dropped.
+        """
+        tail = bytes(self._buf[self._frame_start :])
+        self._buf.clear()
+        self._frame_start = self._scan = 0
+        self._event = None
+        self._data = None
+        return tail
+
+    def _line(self, buf: bytearray, start: int, end: int, nxt: int) -> SSEFrame | None:
+        """Interpret one line ``buf[start:end]``; return a frame if it completes one."""
+        if self._at_stream_start:
+            self._at_stream_start = False
+            if buf.startswith(_BOM, start):
+                start += len(_BOM)
+        if start == end:  # blank line: the frame is complete
+            frame = SSEFrame(bytes(buf[self._frame_start : nxt]), self._event, self._joined())
+            self._frame_start = nxt
+            self._event = None
+            self._data = None
+            return frame
+        if buf[start] == 0x3A:  # ':' comment
+            if self._data is None and self._event is None and self._only_comments(start):
+                frame = SSEFrame(bytes(buf[self._frame_start : nxt]))
+                self._frame_start = nxt
+                return frame
+            return None
+        colon = buf.find(b":", start, end)
+        if colon < 0:
+            name = bytes(buf[start:end])
+            value = b""
+        else:
+            name = bytes(buf[start:colon])
+            vstart = colon + 1
+            if vstart < end and buf[vstart] == 0x20:
+                vstart += 1
+            value = bytes(buf[vstart:end])
+        if name == b"data":
+            if self._data is None:
+                self._data = [value]
+            else:
+                self._data.append(value)
+        elif name == b"event":
+            self._event = value.decode("utf-8", "replace")
+        return None
+
+    def _only_comments(self, line_start: int) -> bool:
+        """True when nothing but this comment line belongs to the frame being built."""
+        return line_start == self._frame_start or (
+            # a UTF-8 BOM or a trailing LF of a split CRLF may precede the comment
+            line_start - self._frame_start <= len(_BOM)
+            and not self._buf[self._frame_start : line_start].strip(b"\n\xef\xbb\xbf")
+        )
+
+    def _joined(self) -> bytes | None:
+        if self._data is None:
+            return None
+        if len(self._data) == 1:
+            return self._data[0]
+        return b"\n".join(self._data)
