@@ -1,0 +1,212 @@
+"""Configuration: TOML in, frozen attrs classes out, every mistake named by its key.
+
+Loading goes through cattrs with ``forbid_extra_keys`` so an unknown key stops
+start-up; types are checked strictly (a string is not a number, a float is not
+an int) and timeouts must be positive. Errors are collected and reported as one
+:class:`ConfigError` whose message names each offending key as ``table.key``.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import cattrs
+from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "ServerConfig",
+    "TimeoutsConfig",
+    "UpstreamConfig",
+    "load_config",
+]
+
+DEFAULT_UPSTREAM = "https://api.openai.com/v1"
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the key(s) at fault."""
+
+
+class _InvalidValue(ValueError):
+    """A validator's complaint about one attribute, so the message can name the key."""
+
+    def __init__(self, attribute: attrs.Attribute[Any], reason: str) -> None:
+        super().__init__(f"{attribute.name}: {reason}")
+        self.key = attribute.name
+        self.reason = reason
+
+
+def _positive(inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not value > 0:
+        raise _InvalidValue(attribute, f"must be a positive number of seconds, got {value!r}")
+
+
+def _positive_int(inst: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if value <= 0:
+        raise _InvalidValue(attribute, f"must be a positive integer, got {value!r}")
+
+
+def _port(inst: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if not 0 <= value <= 65535:
+        raise _InvalidValue(attribute, f"must be a port number from 0 to 65535, got {value!r}")
+
+
+def _http_url(inst: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None and not value.startswith(("http://", "https://")):
+        raise _InvalidValue(attribute, f"must be an http:// or https:// URL, got {value!r}")
+
+
+@attrs.frozen
+class ServerConfig:
+    """Where proxai listens and what it accepts from clients."""
+
+    host: str = "127.0.0.1"
+    port: int = attrs.field(default=8080, validator=_port)
+    max_request_body_bytes: int = attrs.field(default=50 * 1024 * 1024, validator=_positive_int)
+
+
+@attrs.frozen
+class UpstreamConfig:
+    """The OpenAI-compatible server requests are forwarded to."""
+
+    base_url: str | None = attrs.field(default=None, validator=_http_url)
+    api_key: str | None = attrs.field(default=None, repr=False)
+    api_key_env: str | None = None
+
+    def resolved_api_key(self, environ: Mapping[str, str] = os.environ) -> str | None:
+        """The key to send upstream: ``api_key`` if set, else ``$api_key_env``."""
+        if self.api_key is not None:
+            return self.api_key
+        if self.api_key_env is not None:
+            return environ.get(self.api_key_env)
+        return None
+
+
+@attrs.frozen
+class TimeoutsConfig:
+    """Deadlines in seconds; see docs/configuration.md for what each one bounds."""
+
+    connect: float = attrs.field(default=10.0, validator=_positive)
+    first_byte: float = attrs.field(default=60.0, validator=_positive)
+    idle: float = attrs.field(default=120.0, validator=_positive)
+    tool_arguments: float = attrs.field(default=120.0, validator=_positive)
+    total: float = attrs.field(default=3600.0, validator=_positive)
+
+
+@attrs.frozen
+class Config:
+    """The whole configuration, as loaded from TOML and command-line overrides."""
+
+    server: ServerConfig = ServerConfig()
+    upstream: UpstreamConfig = UpstreamConfig()
+    timeouts: TimeoutsConfig = TimeoutsConfig()
+
+    @property
+    def upstream_base_url(self) -> str:
+        """The upstream base URL without a trailing slash (validated to be set)."""
+        assert self.upstream.base_url is not None
+        return self.upstream.base_url.rstrip("/")
+
+
+def _strict_converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+
+    def exact(kind: type[Any], *accepted: type[Any]) -> None:
+        def structure(value: Any, _: type[Any]) -> Any:
+            # bool is an int subclass in Python; TOML keeps them apart, so do we.
+            if isinstance(value, bool) and bool not in accepted:
+                raise TypeError(f"expected {kind.__name__}, got a boolean")
+            if not isinstance(value, accepted):
+                raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
+            return kind(value)
+
+        conv.register_structure_hook(kind, structure)
+
+    exact(str, str)
+    exact(int, int)
+    exact(float, float, int)
+    exact(bool, bool)
+    return conv
+
+
+_converter = _strict_converter()
+_TABLES = frozenset(a.name for a in attrs.fields(Config))
+
+
+def _describe(exc: BaseException, path: str) -> list[str]:
+    """Flatten cattrs' nested validation errors into ``path: reason`` lines."""
+    if isinstance(exc, ForbiddenExtraKeysError):
+        where = f"{path}." if path else ""
+        return [f"{where}{key}: unknown key" for key in sorted(exc.extra_fields)]
+    if isinstance(exc, ClassValidationError | IterableValidationError):
+        lines: list[str] = []
+        for sub in exc.exceptions:
+            note = next((n for n in getattr(sub, "__notes__", []) if hasattr(n, "name")), None)
+            name = getattr(note, "name", None)
+            if name is None:
+                name = getattr(note, "index", None)
+            sub_path = path if name is None else (f"{path}.{name}" if path else str(name))
+            lines.extend(_describe(sub, sub_path))
+        return lines
+    if isinstance(exc, _InvalidValue):
+        return [f"{path}.{exc.key}: {exc.reason}" if path else f"{exc.key}: {exc.reason}"]
+    if isinstance(exc, KeyError):
+        return [f"{path}: required key is missing"]
+    return [f"{path}: {exc}"]
+
+
+def _structure(data: Mapping[str, Any]) -> Config:
+    not_tables = [k for k, v in data.items() if k in _TABLES and not isinstance(v, dict)]
+    if not_tables:
+        raise ConfigError(
+            "invalid configuration:\n  "
+            + "\n  ".join(
+                f"{k}: must be a table ([{k}]), got {type(data[k]).__name__}" for k in not_tables
+            )
+        )
+    try:
+        return _converter.structure(dict(data), Config)
+    except Exception as exc:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(_describe(exc, ""))) from None
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Config:
+    """Read a TOML file (or only defaults), apply overrides table by table, validate.
+
+    ``overrides`` maps a table to the keys set on the command line, e.g.
+    ``{"upstream": {"base_url": "http://..."}}``; they win over the file.
+    """
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            with Path(path).open("rb") as fh:
+                data = tomllib.load(fh)
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {os.fspath(path)!r}: {exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {os.fspath(path)!r} is not valid TOML: {exc}") from None
+    for table, values in (overrides or {}).items():
+        merged = dict(data.get(table, {})) if isinstance(data.get(table), dict) else {}
+        merged.update({k: v for k, v in values.items() if v is not None})
+        if merged:
+            data[table] = merged
+    config = _structure(data)
+    if config.upstream.base_url is None:
+        raise ConfigError(
+            "upstream.base_url: no upstream configured; set [upstream] base_url in the "
+            f"config file or pass --upstream (for OpenAI: {DEFAULT_UPSTREAM})"
+        )
+    if config.upstream.api_key is not None and config.upstream.api_key_env is not None:
+        raise ConfigError("upstream.api_key and upstream.api_key_env: set one, not both")
+    return config

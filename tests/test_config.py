@@ -1,0 +1,113 @@
+"""Configuration loading: strict, every mistake named by its key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proxai.config import Config, ConfigError, load_config
+
+FULL = """
+[server]
+host = "0.0.0.0"
+port = 9000
+max_request_body_bytes = 1024
+[upstream]
+base_url = "https://api.openai.com/v1/"
+api_key_env = "PROXAI_TEST_KEY"
+[timeouts]
+connect = 1
+first_byte = 2.5
+idle = 3.0
+tool_arguments = 4.0
+total = 5.0
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "proxai.toml"
+    path.write_text(text)
+    return path
+
+
+def test_full_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROXAI_TEST_KEY", "sk-from-env")
+    config = load_config(write(tmp_path, FULL))
+    assert config.server.host == "0.0.0.0"
+    assert config.server.port == 9000
+    assert config.server.max_request_body_bytes == 1024
+    assert config.upstream_base_url == "https://api.openai.com/v1"
+    assert config.upstream.resolved_api_key() == "sk-from-env"
+    assert (config.timeouts.connect, config.timeouts.first_byte, config.timeouts.total) == (
+        1.0,
+        2.5,
+        5.0,
+    )
+    assert isinstance(config.timeouts.connect, float)
+
+
+def test_defaults_with_upstream_override() -> None:
+    config = load_config(
+        None, overrides={"upstream": {"base_url": "http://u/v1", "api_key": "sk-secret"}}
+    )
+    assert config == Config(upstream=config.upstream)
+    assert config.server.port == 8080
+    assert config.server.host == "127.0.0.1"
+    assert config.server.max_request_body_bytes == 52428800
+    assert config.timeouts.first_byte == 60.0
+    assert config.upstream.resolved_api_key() == "sk-secret"
+    assert "sk-secret" not in repr(config)  # keys never show up in reprs or logs
+
+
+def test_overrides_win_over_the_file(tmp_path: Path) -> None:
+    config = load_config(
+        write(tmp_path, FULL),
+        overrides={"server": {"port": 1234, "host": None}, "upstream": {"api_key": None}},
+    )
+    assert config.server.port == 1234
+    assert config.server.host == "0.0.0.0"
+
+
+def test_upstream_is_required() -> None:
+    with pytest.raises(ConfigError, match=r"upstream\.base_url.*--upstream"):
+        load_config(None)
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("[server]\nport = 1\nbogus = 2\n", r"server\.bogus: unknown key"),
+        ("[nope]\nx = 1\n", r"nope: unknown key"),
+        ('[server]\nport = "80"\n', r"server\.port: expected int, got str"),
+        ("[server]\nport = 80.5\n", r"server\.port: expected int, got float"),
+        ("[timeouts]\nidle = true\n", r"timeouts\.idle: expected float, got a boolean"),
+        ("[timeouts]\nidle = 0\n", r"timeouts\.idle: must be a positive number"),
+        ("[timeouts]\ntotal = -1.5\n", r"timeouts\.total: must be a positive number"),
+        (
+            "[server]\nmax_request_body_bytes = 0\n",
+            r"server\.max_request_body_bytes: must be a positive",
+        ),
+        ("[server]\nport = 70000\n", r"server\.port: must be a port number"),
+        ('[upstream]\nbase_url = "ftp://x"\n', r"upstream\.base_url: must be an http"),
+        ("server = 3\n", r"server: must be a table"),
+        ("[server\n", r"not valid TOML"),
+    ],
+)
+def test_mistakes_stop_start_up_naming_the_key(tmp_path: Path, text: str, named: str) -> None:
+    if "base_url" not in text:
+        text += '\n[upstream]\nbase_url = "http://u/v1"\n' if "[upstream]" not in text else ""
+    with pytest.raises(ConfigError, match=named):
+        load_config(write(tmp_path, text))
+
+
+def test_key_and_key_env_are_exclusive(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"api_key and upstream\.api_key_env"):
+        load_config(
+            write(tmp_path, '[upstream]\nbase_url = "http://u"\napi_key = "a"\napi_key_env = "B"\n')
+        )
+
+
+def test_missing_file() -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config("/nonexistent/proxai.toml")
