@@ -1,0 +1,7 @@
+"""``python -m proxai`` is the ``proxai`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,163 @@
+"""The ASGI application: the only code that knows ASGI's message shapes.
+
+It routes, reads and checks the request body, answers what proxai answers
+itself (health, errors) and hands every proxied request to a
+:class:`~proxai.relay.Relay`. The upstream client lives from lifespan startup
+to lifespan shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from .config import Config
+from .errors import ProxyError
+from .outcome import Outcome, OutcomeKind
+from .relay import ASGIReceive, ASGISend, ProxiedRequest, Relay, send_error
+from .upstream import UpstreamClient
+
+__all__ = ["ProxaiApp"]
+
+log = logging.getLogger("proxai")
+
+# Routes whose body must be a JSON object before it is forwarded.
+JSON_ROUTES = frozenset({"/v1/responses", "/v1/chat/completions"})
+
+OutcomeHook = Callable[[Outcome], None]
+
+
+class ProxaiApp:
+    """ASGI 3 application; ``on_outcome`` is called with every request's outcome."""
+
+    def __init__(self, config: Config, *, on_outcome: OutcomeHook | None = None) -> None:
+        self.config = config
+        self._upstream: UpstreamClient | None = None
+        self._on_outcome = on_outcome
+
+    async def __call__(self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
+        if scope["type"] == "http":
+            await self._http(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: ASGIReceive, send: ASGISend) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    self._upstream = UpstreamClient(self.config)
+                except Exception as exc:  # reported to the server, which stops
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self._upstream is not None:
+                    await self._upstream.aclose()
+                    self._upstream = None
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _http(self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
+        method: str = scope["method"]
+        path: str = scope["path"]
+        if path == "/healthz" and method in ("GET", "HEAD"):
+            body = b'{"status":"ok"}'
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"15")],
+                }
+            )
+            await send({"type": "http.response.body", "body": body if method == "GET" else b""})
+            return
+        if not (path == "/v1" or path.startswith("/v1/")):
+            await send_error(
+                send,
+                ProxyError(
+                    404,
+                    f"no route for {method} {path}: proxai serves /v1/... and /healthz",
+                    "invalid_request_error",
+                    code="not_found",
+                ),
+            )
+            return
+        if self._upstream is None:
+            await send_error(send, ProxyError(503, "proxai is not started", "server_error"))
+            return
+        try:
+            body = await self._read_body(scope, receive)
+            if method == "POST" and path in JSON_ROUTES:
+                _check_json_object(body)
+        except ProxyError as exc:
+            await send_error(send, exc)
+            self._report(
+                Outcome(
+                    method, path, OutcomeKind.PROXY_ERROR, status=exc.status, detail=exc.message
+                )
+            )
+            return
+        request = ProxiedRequest(
+            method, path, scope.get("query_string", b""), list(scope["headers"]), body
+        )
+        relay = Relay(self._upstream, self.config.timeouts, request, send, receive)
+        self._report(await relay.run())
+
+    def _report(self, outcome: Outcome) -> None:
+        if self._on_outcome is not None:
+            self._on_outcome(outcome)
+
+    async def _read_body(self, scope: dict[str, Any], receive: ASGIReceive) -> bytes:
+        """The whole request body, refused with 413 as soon as it passes the limit."""
+        limit = self.config.server.max_request_body_bytes
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    raise ProxyError.invalid_request("invalid Content-Length header") from None
+                if declared > limit:
+                    raise _too_large(limit)
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ProxyError(
+                    499,
+                    "the client went away before its request body was read",
+                    "invalid_request_error",
+                )
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+
+def _too_large(limit: int) -> ProxyError:
+    return ProxyError(
+        413,
+        f"request body is larger than the limit of {limit} bytes (server.max_request_body_bytes)",
+        "invalid_request_error",
+        code="request_too_large",
+    )
+
+
+def _check_json_object(body: bytes) -> None:
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ProxyError.invalid_request(
+            f"request body is not valid JSON: {exc}", code="invalid_json"
+        ) from None
+    if not isinstance(value, dict):
+        raise ProxyError.invalid_request(
+            f"request body must be a JSON object, got {type(value).__name__}", code="invalid_json"
+        )

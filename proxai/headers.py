@@ -1,0 +1,79 @@
+"""Which headers cross proxai, in each direction.
+
+Hop-by-hop headers (RFC 9110 section 7.6.1, plus those named by ``Connection``)
+belong to one connection and never cross. Upstream credentials are proxai's:
+the client's ``Authorization`` is replaced by the configured key. The upstream
+is asked for an identity encoding, because proxai frames SSE on the bytes as
+they arrive and must not see them compressed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = ["request_headers_for_upstream", "response_headers_for_client"]
+
+Headers = list[tuple[bytes, bytes]]
+
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
+
+# Request headers proxai sets itself or that only describe the client's connection.
+_NOT_FORWARDED_UP = HOP_BY_HOP | {
+    b"host",
+    b"content-length",
+    b"authorization",
+    b"accept-encoding",
+    b"expect",
+}
+
+# Response headers the ASGI server writes itself (date) or that describe the upstream host.
+_NOT_FORWARDED_DOWN = HOP_BY_HOP | {b"content-length", b"alt-svc", b"date"}
+
+
+def _connection_tokens(headers: Iterable[tuple[bytes, bytes]]) -> set[bytes]:
+    tokens: set[bytes] = set()
+    for name, value in headers:
+        if name.lower() == b"connection":
+            tokens.update(t.strip().lower() for t in value.split(b",") if t.strip())
+    return tokens
+
+
+def request_headers_for_upstream(
+    client_headers: Iterable[tuple[bytes, bytes]], api_key: str | None
+) -> Headers:
+    """The client's headers minus hop-by-hop and credentials, plus proxai's own."""
+    client_headers = list(client_headers)
+    drop = _NOT_FORWARDED_UP | _connection_tokens(client_headers)
+    out = [(n, v) for n, v in client_headers if n.lower() not in drop]
+    out.append((b"accept-encoding", b"identity"))
+    if api_key:
+        out.append((b"authorization", b"Bearer " + api_key.encode("latin-1")))
+    return out
+
+
+def response_headers_for_client(
+    upstream_headers: Iterable[tuple[bytes, bytes]], *, keep_content_length: bool
+) -> Headers:
+    """The upstream's response headers minus hop-by-hop ones.
+
+    ``content-length`` is kept only for a body relayed unchanged in full (the
+    server then frames it the same way); a stream proxai may end early goes out
+    chunked.
+    """
+    upstream_headers = list(upstream_headers)
+    drop = set(_NOT_FORWARDED_DOWN | _connection_tokens(upstream_headers))
+    if keep_content_length:
+        drop.discard(b"content-length")
+    return [(n.lower(), v) for n, v in upstream_headers if n.lower() not in drop]

@@ -1,0 +1,55 @@
+"""Stream observers: sans-io watchers that see every frame the relay forwards.
+
+An observer never changes what is forwarded. It is fed frames and the time,
+and tells the relay two things: when it next needs to be woken up if nothing
+arrives (:meth:`StreamObserver.deadline`), and how the stream ends (a
+:class:`Verdict` with the outcome and any bytes proxai must append, such as a
+synthesized terminal event). The relay's observer task turns the deadline into
+a trio cancel scope; this module has no I/O and no trio.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import attrs
+
+from .outcome import OutcomeKind
+from .sse import SSEFrame
+
+__all__ = ["PassThroughObserver", "StreamObserver", "Verdict"]
+
+
+@attrs.frozen
+class Verdict:
+    """How a stream ends: its outcome and the bytes proxai appends (often none)."""
+
+    kind: OutcomeKind
+    detail: str | None = None
+    closing: bytes = b""
+
+
+class StreamObserver:
+    """The interface the relay drives; the base class only passes frames through."""
+
+    def on_frames(self, frames: Sequence[SSEFrame], now: float) -> None:
+        """Frames that just arrived from the upstream (already on their way out)."""
+
+    def deadline(self) -> float:
+        """When to call :meth:`on_deadline` if nothing else arrives (``inf``: never)."""
+        return math.inf
+
+    def on_deadline(self, now: float) -> Verdict:
+        """The deadline passed with the upstream silent: end the stream."""
+        raise NotImplementedError
+
+    def on_end(self, *, broken: bool, detail: str | None, now: float) -> Verdict:
+        """The upstream body ended: cleanly, or ``broken`` (reset, bad framing)."""
+        if broken:
+            return Verdict(OutcomeKind.UPSTREAM_RESET, detail)
+        return Verdict(OutcomeKind.COMPLETED)
+
+
+class PassThroughObserver(StreamObserver):
+    """Forwards everything and imposes no deadline: for bodies proxai does not interpret."""

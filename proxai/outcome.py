@@ -1,0 +1,55 @@
+"""The record every proxied request ends with.
+
+The relay fills one :class:`Outcome` per request; later layers log and count
+it. It never holds bodies, prompts or arguments: only what happened, when, and
+how much.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+__all__ = ["Outcome", "OutcomeKind"]
+
+
+class OutcomeKind(enum.StrEnum):
+    """How a request ended, from proxai's point of view."""
+
+    COMPLETED = "completed"  # the upstream's response was relayed to its end
+    INCOMPLETE = "incomplete"
+    FAILED = "failed"
+    UPSTREAM_ERROR = "upstream_error"  # the upstream answered non-2xx, relayed as is
+    PROXY_ERROR = "proxy_error"  # proxai answered with an error of its own (400, 413, 502, ...)
+    STALLED_FIRST_BYTE = "stalled_first_byte"
+    STALLED_IDLE = "stalled_idle"
+    STALLED_TOOL_ARGUMENTS = "stalled_tool_arguments"
+    TOTAL_TIMEOUT = "total_timeout"
+    UPSTREAM_EOF = "upstream_eof"  # the upstream closed before a terminal event
+    UPSTREAM_RESET = "upstream_reset"
+    CLIENT_DISCONNECTED = "client_disconnected"
+
+
+@attrs.define
+class Outcome:
+    """What happened to one request. Times are seconds from the request's start."""
+
+    method: str
+    path: str
+    kind: OutcomeKind | None = None
+    status: int | None = None
+    detail: str | None = None
+    streaming: bool = False
+    first_byte_s: float | None = None  # upstream response headers received
+    first_event_s: float | None = None  # first complete SSE event received
+    total_s: float | None = None
+    events: int = 0  # complete SSE events relayed (comments excluded)
+    bytes_in: int = 0  # body bytes received from the upstream
+    bytes_out: int = 0  # body bytes sent to the client
+
+    def as_dict(self) -> dict[str, object]:
+        """A JSON-ready view (for logs and the demo)."""
+        return {
+            k: (v.value if isinstance(v, enum.Enum) else v) for k, v in attrs.asdict(self).items()
+        }

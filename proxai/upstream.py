@@ -1,0 +1,109 @@
+"""The upstream client: the only module that knows httpx.
+
+httpx runs natively on trio, so cancelling the task that reads a response
+closes that response's connection (an unfinished HTTP/1.1 response can never go
+back to the pool). Deadlines other than ``connect`` are not httpx timeouts:
+the relay enforces them with trio cancel scopes, so they measure what proxai
+means (silence of the upstream), not the gap between two socket reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+
+import attrs
+import httpx
+
+from .config import Config
+from .errors import ProxyError
+from .headers import Headers, request_headers_for_upstream
+
+__all__ = ["UpstreamBroken", "UpstreamClient", "UpstreamResponse"]
+
+
+class UpstreamBroken(Exception):
+    """The upstream connection failed after the response started (reset, bad framing)."""
+
+
+@attrs.define
+class UpstreamResponse:
+    """Status and headers of an upstream response, and a way to read its body."""
+
+    status: int
+    headers: Headers
+    _response: httpx.Response
+
+    async def iter_body(self) -> AsyncIterator[bytes]:
+        """Body bytes as they arrive, undecoded; raises :class:`UpstreamBroken`."""
+        try:
+            async for chunk in self._response.aiter_raw():
+                yield chunk
+        except (httpx.ReadError, httpx.RemoteProtocolError) as exc:
+            raise UpstreamBroken(str(exc) or type(exc).__name__) from exc
+
+
+class UpstreamClient:
+    """A pooled HTTP client for one upstream base URL, with proxai's credentials."""
+
+    def __init__(
+        self, config: Config, *, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
+        self._base_url = config.upstream_base_url
+        self._api_key = config.upstream.resolved_api_key()
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(None, connect=config.timeouts.connect),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+            follow_redirects=False,
+            trust_env=False,
+            transport=transport,
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def url_for(self, path: str, query: bytes) -> str:
+        """``/v1/responses`` on proxai maps to ``{base_url}/responses`` upstream."""
+        suffix = path[3:] if path.startswith("/v1") else path
+        url = self._base_url + suffix
+        if query:
+            url += "?" + query.decode("latin-1")
+        return url
+
+    @asynccontextmanager
+    async def open(
+        self,
+        method: str,
+        path: str,
+        query: bytes,
+        client_headers: Iterable[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> AsyncIterator[UpstreamResponse]:
+        """Send the request; yield once the response headers are in; close on exit.
+
+        Raises :class:`ProxyError` (502) when no connection can be made.
+        """
+        headers = request_headers_for_upstream(client_headers, self._api_key)
+        request = self._client.build_request(
+            method, self.url_for(path, query), headers=headers, content=body
+        )
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.ConnectTimeout:
+            raise ProxyError(
+                502,
+                f"could not connect to the upstream within {self._client.timeout.connect} s",
+                "server_error",
+                code="upstream_connect_timeout",
+            ) from None
+        except httpx.TransportError as exc:
+            raise ProxyError(
+                502,
+                f"could not reach the upstream: {type(exc).__name__}: {exc}".rstrip(": "),
+                "server_error",
+                code="upstream_unreachable",
+            ) from None
+        try:
+            yield UpstreamResponse(response.status_code, list(response.headers.raw), response)
+        finally:
+            await response.aclose()
