@@ -1,0 +1,43 @@
+"""Shared fixtures: a scripted upstream and a proxai server, both real, on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+
+from proxai.testing import Script, ScriptedUpstream, open_proxai
+from proxai.testing.server import RunningProxai
+from proxai.testing.upstream import Responder
+
+StartUpstream = Callable[
+    [Responder | Sequence[Script]], AbstractAsyncContextManager[ScriptedUpstream]
+]
+
+
+@pytest.fixture
+def start_upstream(nursery: trio.Nursery) -> Callable[..., Any]:
+    """``upstream = await start_upstream(scripts_or_responder)``: a running ScriptedUpstream."""
+
+    async def start(responder: Responder | Sequence[Script]) -> ScriptedUpstream:
+        upstream = ScriptedUpstream(responder)
+        await nursery.start(upstream.serve)
+        return upstream
+
+    return start
+
+
+@pytest.fixture
+def proxai_for() -> Callable[..., AbstractAsyncContextManager[RunningProxai]]:
+    """``async with proxai_for(upstream, timeouts={...}) as px``: proxai in front of it."""
+
+    @asynccontextmanager
+    async def run(upstream: ScriptedUpstream | str, **tables: Any) -> AsyncIterator[RunningProxai]:
+        url = upstream if isinstance(upstream, str) else upstream.base_url
+        async with open_proxai(url, **tables) as running:
+            yield running
+
+    return run

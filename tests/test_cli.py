@@ -1,0 +1,86 @@
+"""The ``proxai`` command as a user runs it: a real process, real signals."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+
+from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, seed_responder, turn_bytes
+
+
+async def test_serve_proxies_and_shuts_down_on_sigterm(start_upstream: Any) -> None:
+    upstream = await start_upstream(seed_responder)
+    process = await trio.lowlevel.open_process(
+        [
+            sys.executable,
+            "-m",
+            "proxai",
+            "serve",
+            "--port",
+            "0",
+            "--upstream",
+            upstream.base_url,
+            "--api-key",
+            "sk-cli",
+        ],
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert process.stderr is not None
+        log = b""
+        with trio.fail_after(20):
+            while not (match := re.search(rb"listening on (http://\S+?),? ", log)):
+                chunk = await process.stderr.receive_some()
+                assert chunk, log.decode()
+                log += chunk
+        url = match.group(1).decode()
+        async with httpx.AsyncClient() as client:
+            response = await client.post(url + "/v1/responses", json=TURN1_REQUEST)
+        assert response.content == turn_bytes(TURN1_EVENTS)
+        assert upstream.requests[0].header("authorization") == "Bearer sk-cli"
+        process.send_signal(signal.SIGTERM)
+        with trio.fail_after(10):
+            assert await process.wait() == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+async def test_bad_config_stops_start_up_with_the_key_named(tmp_path: Path) -> None:
+    config = tmp_path / "proxai.toml"
+    config.write_text('[upstream]\nbase_url = "http://u/v1"\n[timeouts]\nidle = -1\n')
+    result = await trio.run_process(
+        [sys.executable, "-m", "proxai", "serve", "--config", str(config)],
+        capture_stderr=True,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert b"timeouts.idle: must be a positive number" in result.stderr
+
+    result = await trio.run_process(
+        [sys.executable, "-m", "proxai", "serve"], capture_stderr=True, check=False
+    )
+    assert result.returncode == 2
+    assert b"--upstream" in result.stderr
+
+
+async def test_demo_runs_offline() -> None:
+    result = await trio.run_process(
+        [sys.executable, "-m", "proxai", "demo", "--delay", "0"],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    out = result.stdout.decode()
+    assert result.returncode == 0, result.stderr.decode()
+    assert "get_weather({'city': '北京', 'date': 'today'})" in out
+    assert "今天北京不太适合高强度户外跑步。" in out
+    assert out.count(": completed status=200") == 2

@@ -1,0 +1,410 @@
+"""The relay end to end: real hypercorn, real httpx, the scripted upstream, on loopback."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from proxai.outcome import OutcomeKind
+from proxai.testing import Close, Reset, Script, Send, Sleep, Stall, sse_event
+from proxai.testing.seed import (
+    TURN1_EVENTS,
+    TURN1_REQUEST,
+    TURN2_EVENTS,
+    TURN2_REQUEST,
+    seed_responder,
+    turn_bytes,
+)
+
+TURN1 = turn_bytes(TURN1_EVENTS)
+TURN2 = turn_bytes(TURN2_EVENTS)
+
+
+async def test_seed_turns_are_relayed_byte_for_byte(start_upstream: Any, proxai_for: Any) -> None:
+    upstream = await start_upstream(seed_responder)
+    async with proxai_for(upstream) as px, httpx.AsyncClient(base_url=px.base_url) as client:
+        for request, expected in ((TURN1_REQUEST, TURN1), (TURN2_REQUEST, TURN2)):
+            body = json.dumps(request, ensure_ascii=False, indent=1).encode()
+            response = await client.post(
+                "/responses", content=body, headers={"content-type": "application/json"}
+            )
+            assert response.status_code == 200
+            assert response.headers["content-type"] == "text/event-stream; charset=utf-8"
+            assert response.content == expected
+        outcomes = await px.wait_for_outcomes(2)
+    # request bodies reach the upstream unchanged (not re-serialized)
+    assert (
+        upstream.requests[0].body
+        == json.dumps(TURN1_REQUEST, ensure_ascii=False, indent=1).encode()
+    )
+    assert upstream.requests[1].json() == TURN2_REQUEST
+    assert [o.kind for o in outcomes] == [OutcomeKind.COMPLETED, OutcomeKind.COMPLETED]
+    assert [o.events for o in outcomes] == [len(TURN1_EVENTS), len(TURN2_EVENTS)]
+    assert outcomes[0].bytes_in == outcomes[0].bytes_out == len(TURN1)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 3, 7, 64])
+async def test_arbitrary_upstream_chunking_is_relayed_exactly(
+    start_upstream: Any, proxai_for: Any, chunk_size: int
+) -> None:
+    # CRLF and a comment too, cut into tiny pieces: a CRLF or a UTF-8 sequence can be split.
+    stream = TURN1.replace(b"\n", b"\r\n") + b": ping\r\n\r\n"
+    upstream = await start_upstream([Script.sse([stream], chunk_size=chunk_size)])
+    async with proxai_for(upstream) as px, httpx.AsyncClient() as client:
+        response = await client.post(px.base_url + "/responses", json=TURN1_REQUEST)
+        assert response.content == stream
+
+
+async def test_client_never_receives_half_an_event(start_upstream: Any, proxai_for: Any) -> None:
+    """Each network read on the client side ends at an event boundary, even when the
+    upstream pauses mid-event."""
+    event = sse_event({"type": "response.output_text.delta", "delta": "北京"})
+    cut = len(event) // 2
+    steps = [
+        Send(event[:cut]),
+        Sleep(0.05),
+        Send(event[cut:] + event[:3]),
+        Sleep(0.05),
+        Send(event[3:]),
+    ]
+    upstream = await start_upstream([Script(steps=steps)])
+    async with (
+        proxai_for(upstream) as px,
+        httpx.AsyncClient() as client,
+        client.stream("POST", px.base_url + "/responses", json={}) as response,
+    ):
+        pieces = [chunk async for chunk in response.aiter_raw()]
+    assert b"".join(pieces) == event + event
+    assert pieces == [event, event]
+
+
+async def test_openai_sdk_parses_the_relayed_stream(start_upstream: Any, proxai_for: Any) -> None:
+    openai = pytest.importorskip("openai")
+    upstream = await start_upstream(seed_responder)
+    async with proxai_for(upstream) as px:
+
+        def drive() -> tuple[list[str], str, str]:
+            client = openai.OpenAI(base_url=px.base_url, api_key="sk-client", max_retries=0)
+            types, arguments = [], ""
+            for event in client.responses.create(**TURN1_REQUEST):
+                types.append(event.type)
+                if event.type == "response.function_call_arguments.delta":
+                    arguments += event.delta
+            text = ""
+            for event in client.responses.create(**TURN2_REQUEST):
+                if event.type == "response.output_text.delta":
+                    text += event.delta
+            return types, arguments, text
+
+        types, arguments, text = await trio.to_thread.run_sync(drive)
+    assert types == [e["type"] for e in TURN1_EVENTS]
+    assert json.loads(arguments) == {"city": "北京", "date": "today"}
+    assert text == TURN2_EVENTS[4]["text"]
+    # the client's key stays with proxai; the upstream sees the configured one
+    assert {r.header("authorization") for r in upstream.requests} == {"Bearer sk-upstream-test"}
+
+
+async def test_openai_sdk_non_streaming_and_chat_completions(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    openai = pytest.importorskip("openai")
+    response_body = {
+        "id": "resp_9",
+        "object": "response",
+        "created_at": 1,
+        "status": "completed",
+        "model": "gpt-5.4",
+        "output": [],
+        "tools": [],
+        "tool_choice": "auto",
+        "parallel_tool_calls": True,
+    }
+    chat_chunk = {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None}],
+    }
+    chat_stream = sse_event(chat_chunk, event="") + b"data: [DONE]\n\n"
+    upstream = await start_upstream([Script.json(response_body), Script(steps=[Send(chat_stream)])])
+    async with proxai_for(upstream) as px:
+
+        def drive() -> tuple[str, list[str]]:
+            client = openai.OpenAI(base_url=px.base_url, api_key="sk-client", max_retries=0)
+            rid = client.responses.create(model="gpt-5.4", input="hi").id
+            chunks = client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+            return rid, [c.choices[0].delta.content for c in chunks]
+
+        rid, contents = await trio.to_thread.run_sync(drive)
+    assert rid == "resp_9"
+    assert contents == ["hi"]
+    assert [r.target for r in upstream.requests] == ["/v1/responses", "/v1/chat/completions"]
+
+
+async def test_headers_both_ways(start_upstream: Any, proxai_for: Any) -> None:
+    script = Script.sse(
+        TURN2_EVENTS,
+        headers=(
+            ("content-type", "text/event-stream; charset=utf-8"),
+            ("x-request-id", "req_123"),
+            ("openai-processing-ms", "42"),
+            ("x-ratelimit-remaining-requests", "99"),
+            ("retry-after", "1"),
+            ("keep-alive", "timeout=5"),
+            ("x-custom", "kept"),
+        ),
+    )
+    upstream = await start_upstream([script])
+    async with proxai_for(upstream) as px, httpx.AsyncClient() as client:
+        response = await client.post(
+            px.base_url + "/responses",
+            json={"model": "m"},
+            headers={
+                "authorization": "Bearer sk-client-secret",
+                "openai-beta": "responses=v1",
+                "x-stainless-lang": "python",
+                "connection": "keep-alive, x-hop",
+                "x-hop": "dropped",
+                "proxy-authorization": "Basic abc",
+                "accept-encoding": "gzip",
+            },
+        )
+    assert response.headers["x-request-id"] == "req_123"
+    assert response.headers["openai-processing-ms"] == "42"
+    assert response.headers["x-ratelimit-remaining-requests"] == "99"
+    assert response.headers["retry-after"] == "1"
+    assert response.headers["x-custom"] == "kept"
+    assert "keep-alive" not in response.headers
+    (request,) = upstream.requests
+    assert request.header("authorization") == "Bearer sk-upstream-test"
+    assert request.header("openai-beta") == "responses=v1"
+    assert request.header("x-stainless-lang") == "python"
+    assert request.header("x-hop") is None
+    assert request.header("proxy-authorization") is None
+    assert request.header("accept-encoding") == "identity"
+    assert "sk-client-secret" not in str(request.headers)
+
+
+async def test_no_configured_key_means_no_authorization_upstream(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    upstream = await start_upstream([Script.json({"ok": True})])
+    async with proxai_for(upstream, api_key=None) as px, httpx.AsyncClient() as client:
+        await client.get(px.base_url + "/models", headers={"authorization": "Bearer sk-client"})
+    assert upstream.requests[0].header("authorization") is None
+
+
+async def test_other_v1_requests_are_forwarded_unchanged(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    upstream = await start_upstream([Script.json({"data": []}), Script.json({"deleted": True})])
+    async with proxai_for(upstream) as px, httpx.AsyncClient() as client:
+        listed = await client.get(px.base_url + "/models?limit=5&after=a%20b")
+        deleted = await client.request(
+            "DELETE", px.base_url + "/responses/resp_1", content=b"raw-not-json"
+        )
+    assert listed.json() == {"data": []}
+    assert listed.headers["content-length"] == str(len(b'{"data":[]}'))
+    assert deleted.json() == {"deleted": True}
+    first, second = upstream.requests
+    assert (first.method, first.target) == ("GET", "/v1/models?limit=5&after=a%20b")
+    assert (second.method, second.target, second.body) == (
+        "DELETE",
+        "/v1/responses/resp_1",
+        b"raw-not-json",
+    )
+
+
+async def test_upstream_error_status_body_and_headers_pass_through(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    error = {
+        "error": {
+            "message": "Rate limit",
+            "type": "requests",
+            "param": None,
+            "code": "rate_limit_exceeded",
+        }
+    }
+    upstream = await start_upstream(
+        [Script.json(error, status=429, headers=(("retry-after", "7"), ("x-request-id", "req_e")))]
+    )
+    async with proxai_for(upstream) as px, httpx.AsyncClient() as client:
+        response = await client.post(
+            px.base_url + "/responses", json={"model": "m", "stream": True}
+        )
+        (outcome,) = await px.wait_for_outcomes(1)
+    assert response.status_code == 429
+    assert response.json() == error
+    assert response.headers["retry-after"] == "7"
+    assert response.headers["x-request-id"] == "req_e"
+    assert outcome.kind is OutcomeKind.UPSTREAM_ERROR
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2]", "must be a JSON object"),
+        (b"", "not valid JSON"),
+    ],
+)
+async def test_invalid_json_is_refused_before_the_upstream(
+    start_upstream: Any, proxai_for: Any, body: bytes, fragment: str
+) -> None:
+    upstream = await start_upstream([Script.json({})])
+    async with proxai_for(upstream) as px, httpx.AsyncClient() as client:
+        for path in ("/responses", "/chat/completions"):
+            response = await client.post(px.base_url + path, content=body)
+            assert response.status_code == 400
+            error = response.json()["error"]
+            assert error["type"] == "invalid_request_error"
+            assert error["code"] == "invalid_json"
+            assert fragment in error["message"]
+            assert set(error) == {"message", "type", "param", "code"}
+    assert upstream.requests == []
+
+
+async def test_body_over_the_limit_is_refused_with_413(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    upstream = await start_upstream([Script.json({})])
+    async with (
+        proxai_for(upstream, server={"max_request_body_bytes": 1000}) as px,
+        httpx.AsyncClient() as client,
+    ):
+        declared = await client.post(px.base_url + "/responses", content=b"x" * 1001)
+
+        async def endless() -> Any:
+            for _ in range(10_000):  # 10 MB, chunked: no Content-Length to refuse up front
+                yield b"y" * 1000
+
+        streamed = await client.post(px.base_url + "/responses", content=endless())
+        fits = await client.post(
+            px.base_url + "/responses", content=b'{"a": "' + b"z" * 900 + b'"}'
+        )
+    for response in (declared, streamed):
+        assert response.status_code == 413
+        assert response.json()["error"]["code"] == "request_too_large"
+    assert fits.status_code == 200
+    assert len(upstream.requests) == 1
+
+
+async def test_unreachable_upstream_is_502(proxai_for: Any) -> None:
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    await listener.aclose()  # nothing listens there now
+    async with proxai_for(f"http://127.0.0.1:{port}/v1") as px, httpx.AsyncClient() as client:
+        response = await client.post(px.base_url + "/responses", json={"model": "m"})
+    assert response.status_code == 502
+    assert response.json()["error"]["type"] == "server_error"
+    assert response.json()["error"]["code"] == "upstream_unreachable"
+
+
+@pytest.mark.parametrize("before_head", [[Stall()], [Sleep(5)]])
+async def test_no_headers_within_first_byte_is_504(
+    start_upstream: Any, proxai_for: Any, before_head: list[Any]
+) -> None:
+    upstream = await start_upstream([Script(before_head=before_head)])
+    async with (
+        proxai_for(upstream, timeouts={"first_byte": 0.3}) as px,
+        httpx.AsyncClient() as client,
+    ):
+        started = trio.current_time()
+        response = await client.post(
+            px.base_url + "/responses", json={"model": "m", "stream": True}
+        )
+        elapsed = trio.current_time() - started
+        (outcome,) = await px.wait_for_outcomes(1)
+        closed_at = await upstream.requests[0].wait_closed()
+    assert response.status_code == 504
+    assert response.json()["error"]["code"] == "upstream_timeout"
+    assert "first_byte" in response.json()["error"]["message"]
+    assert 0.3 <= elapsed < 2
+    assert outcome.kind is OutcomeKind.STALLED_FIRST_BYTE
+    assert closed_at - started < 2  # proxai hung up on the upstream too
+
+
+@pytest.mark.parametrize("ending", [Close(), Reset()])
+async def test_upstream_closing_before_headers_is_502(
+    start_upstream: Any, proxai_for: Any, ending: Any
+) -> None:
+    upstream = await start_upstream([Script(before_head=[ending])])
+    async with proxai_for(upstream) as px, httpx.AsyncClient() as client:
+        response = await client.post(px.base_url + "/responses", json={})
+    assert response.status_code == 502
+    assert response.json()["error"]["code"] == "upstream_unreachable"
+
+
+async def test_upstream_reset_mid_stream_ends_the_response(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    events = [sse_event(e) for e in TURN1_EVENTS[:5]]
+    upstream = await start_upstream(
+        [Script.sse(events, then=[Send(b"event: partial\nda"), Reset()])]
+    )
+    async with proxai_for(upstream) as px, httpx.AsyncClient() as client:
+        response = await client.post(px.base_url + "/responses", json={})
+        (outcome,) = await px.wait_for_outcomes(1)
+    # Without an observer (next layer) the unfinished event is passed on as the
+    # upstream sent it; a client's SSE parser discards it, as it would directly.
+    assert response.content == b"".join(events) + b"event: partial\nda"
+    assert outcome.kind is OutcomeKind.UPSTREAM_RESET
+
+
+async def test_healthz_and_unknown_paths(proxai_for: Any) -> None:
+    async with proxai_for("http://127.0.0.1:9/v1") as px, httpx.AsyncClient() as client:
+        health = await client.get(px.url + "/healthz")
+        missing = await client.get(px.url + "/nope")
+    assert health.status_code == 200
+    assert health.json() == {"status": "ok"}
+    assert missing.status_code == 404
+    assert missing.json()["error"]["type"] == "invalid_request_error"
+
+
+async def test_client_disconnect_closes_the_upstream_at_once(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    upstream = await start_upstream([Script.sse(TURN1_EVENTS[:5], then=[Stall()])])
+    async with proxai_for(upstream) as px:
+        async with (
+            httpx.AsyncClient() as client,
+            client.stream("POST", px.base_url + "/responses", json={}) as response,
+        ):
+            async for chunk in response.aiter_raw():
+                if chunk.count(b"\n\n") >= 1:
+                    break
+            hung_up = trio.current_time()
+        closed_at = await upstream.requests[0].wait_closed()
+        (outcome,) = await px.wait_for_outcomes(1)
+    assert closed_at - hung_up < 0.1
+    assert outcome.kind is OutcomeKind.CLIENT_DISCONNECTED
+
+
+async def test_a_hundred_concurrent_streams_are_byte_exact(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    upstream = await start_upstream(seed_responder)
+    results: list[bytes] = []
+    async with proxai_for(upstream) as px:
+        limits = httpx.Limits(max_connections=100)
+        async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+
+            async def one(i: int) -> None:
+                request = TURN2_REQUEST if i % 2 else TURN1_REQUEST
+                response = await client.post(px.base_url + "/responses", json=request)
+                results.append(response.content)
+
+            async with trio.open_nursery() as nursery:
+                for i in range(100):
+                    nursery.start_soon(one, i)
+        outcomes = await px.wait_for_outcomes(100)
+    assert sorted(results) == sorted([TURN1] * 50 + [TURN2] * 50)
+    assert all(o.kind is OutcomeKind.COMPLETED for o in outcomes)
