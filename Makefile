@@ -1,0 +1,36 @@
+# Every target bootstraps .venv itself: a fresh machine needs only python3 (>= 3.11) and make.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck check clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## demo: play the seed document's exchange through proxai (no network, no API key)
+demo: $(STAMP)
+	$(BIN)/proxai demo
+
+## test: the whole test suite (what CI runs)
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+## lint / typecheck: ruff and mypy --strict
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy --strict proxai
+
+check: lint typecheck test
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
