@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import cattrs
-from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+
+from .converters import InvalidValue, error_paths, strict_converter
 
 __all__ = [
     "Config",
@@ -34,33 +34,24 @@ class ConfigError(Exception):
     """The configuration cannot be used; the message names the key(s) at fault."""
 
 
-class _InvalidValue(ValueError):
-    """A validator's complaint about one attribute, so the message can name the key."""
-
-    def __init__(self, attribute: attrs.Attribute[Any], reason: str) -> None:
-        super().__init__(f"{attribute.name}: {reason}")
-        self.key = attribute.name
-        self.reason = reason
-
-
 def _positive(inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if not value > 0:
-        raise _InvalidValue(attribute, f"must be a positive number of seconds, got {value!r}")
+        raise InvalidValue(attribute, f"must be a positive number of seconds, got {value!r}")
 
 
 def _positive_int(inst: object, attribute: attrs.Attribute[Any], value: int) -> None:
     if value <= 0:
-        raise _InvalidValue(attribute, f"must be a positive integer, got {value!r}")
+        raise InvalidValue(attribute, f"must be a positive integer, got {value!r}")
 
 
 def _port(inst: object, attribute: attrs.Attribute[Any], value: int) -> None:
     if not 0 <= value <= 65535:
-        raise _InvalidValue(attribute, f"must be a port number from 0 to 65535, got {value!r}")
+        raise InvalidValue(attribute, f"must be a port number from 0 to 65535, got {value!r}")
 
 
 def _http_url(inst: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
     if value is not None and not value.startswith(("http://", "https://")):
-        raise _InvalidValue(attribute, f"must be an http:// or https:// URL, got {value!r}")
+        raise InvalidValue(attribute, f"must be an http:// or https:// URL, got {value!r}")
 
 
 @attrs.frozen
@@ -115,51 +106,8 @@ class Config:
         return self.upstream.base_url.rstrip("/")
 
 
-def _strict_converter() -> cattrs.Converter:
-    conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
-
-    def exact(kind: type[Any], *accepted: type[Any]) -> None:
-        def structure(value: Any, _: type[Any]) -> Any:
-            # bool is an int subclass in Python; TOML keeps them apart, so do we.
-            if isinstance(value, bool) and bool not in accepted:
-                raise TypeError(f"expected {kind.__name__}, got a boolean")
-            if not isinstance(value, accepted):
-                raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
-            return kind(value)
-
-        conv.register_structure_hook(kind, structure)
-
-    exact(str, str)
-    exact(int, int)
-    exact(float, float, int)
-    exact(bool, bool)
-    return conv
-
-
-_converter = _strict_converter()
+_converter = strict_converter(forbid_extra_keys=True)
 _TABLES = frozenset(a.name for a in attrs.fields(Config))
-
-
-def _describe(exc: BaseException, path: str) -> list[str]:
-    """Flatten cattrs' nested validation errors into ``path: reason`` lines."""
-    if isinstance(exc, ForbiddenExtraKeysError):
-        where = f"{path}." if path else ""
-        return [f"{where}{key}: unknown key" for key in sorted(exc.extra_fields)]
-    if isinstance(exc, ClassValidationError | IterableValidationError):
-        lines: list[str] = []
-        for sub in exc.exceptions:
-            note = next((n for n in getattr(sub, "__notes__", []) if hasattr(n, "name")), None)
-            name = getattr(note, "name", None)
-            if name is None:
-                name = getattr(note, "index", None)
-            sub_path = path if name is None else (f"{path}.{name}" if path else str(name))
-            lines.extend(_describe(sub, sub_path))
-        return lines
-    if isinstance(exc, _InvalidValue):
-        return [f"{path}.{exc.key}: {exc.reason}" if path else f"{exc.key}: {exc.reason}"]
-    if isinstance(exc, KeyError):
-        return [f"{path}: required key is missing"]
-    return [f"{path}: {exc}"]
 
 
 def _structure(data: Mapping[str, Any]) -> Config:
@@ -174,7 +122,8 @@ def _structure(data: Mapping[str, Any]) -> Config:
     try:
         return _converter.structure(dict(data), Config)
     except Exception as exc:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(_describe(exc, ""))) from None
+        lines = [f"{path}: {reason}" for path, reason in error_paths(exc)]
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
 
 
 def load_config(

@@ -79,9 +79,9 @@ def test_upstream_is_required() -> None:
     [
         ("[server]\nport = 1\nbogus = 2\n", r"server\.bogus: unknown key"),
         ("[nope]\nx = 1\n", r"nope: unknown key"),
-        ('[server]\nport = "80"\n', r"server\.port: expected int, got str"),
-        ("[server]\nport = 80.5\n", r"server\.port: expected int, got float"),
-        ("[timeouts]\nidle = true\n", r"timeouts\.idle: expected float, got a boolean"),
+        ('[server]\nport = "80"\n', r"server\.port: expected an integer, got a string"),
+        ("[server]\nport = 80.5\n", r"server\.port: expected an integer, got a number"),
+        ("[timeouts]\nidle = true\n", r"timeouts\.idle: expected a number, got a boolean"),
         ("[timeouts]\nidle = 0\n", r"timeouts\.idle: must be a positive number"),
         ("[timeouts]\ntotal = -1.5\n", r"timeouts\.total: must be a positive number"),
         (
