@@ -1,0 +1,1 @@
+"""The OpenAI Responses protocol: request projection, stream events, observer."""
