@@ -6,6 +6,11 @@ arrives (:meth:`StreamObserver.deadline`), and how the stream ends (a
 :class:`Verdict` with the outcome and any bytes proxai must append, such as a
 synthesized terminal event). The relay's observer task turns the deadline into
 a trio cancel scope; this module has no I/O and no trio.
+
+Times passed to an observer are on the relay's *upstream clock*, which runs
+only while proxai is waiting for the upstream (see :mod:`proxai.relay`), so
+deadlines measure the upstream's silence and never proxai's own waiting on a
+slow client.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from .outcome import OutcomeKind
+from .outcome import Outcome, OutcomeKind
 from .sse import SSEFrame
 
 __all__ = ["PassThroughObserver", "StreamObserver", "Verdict"]
@@ -44,11 +49,18 @@ class StreamObserver:
         """The deadline passed with the upstream silent: end the stream."""
         raise NotImplementedError
 
+    def on_total_timeout(self, now: float) -> Verdict:
+        """The response ran past ``timeouts.total`` (a wall-clock limit the relay keeps)."""
+        return Verdict(OutcomeKind.TOTAL_TIMEOUT, "response exceeded proxai's total time limit")
+
     def on_end(self, *, broken: bool, detail: str | None, now: float) -> Verdict:
         """The upstream body ended: cleanly, or ``broken`` (reset, bad framing)."""
         if broken:
             return Verdict(OutcomeKind.UPSTREAM_RESET, detail)
         return Verdict(OutcomeKind.COMPLETED)
+
+    def fill(self, outcome: Outcome) -> None:
+        """Add what the observer learned (items, usage, aggregates) to the outcome."""
 
 
 class PassThroughObserver(StreamObserver):

@@ -8,10 +8,11 @@ how much.
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 import attrs
 
-__all__ = ["Outcome", "OutcomeKind"]
+__all__ = ["CallSummary", "Outcome", "OutcomeKind"]
 
 
 class OutcomeKind(enum.StrEnum):
@@ -31,6 +32,16 @@ class OutcomeKind(enum.StrEnum):
     CLIENT_DISCONNECTED = "client_disconnected"
 
 
+@attrs.frozen
+class CallSummary:
+    """A tool call the response streamed: what it was, never what it said."""
+
+    type: str  # function_call, custom_tool_call, mcp_call
+    name: str | None
+    call_id: str | None
+    arguments_length: int  # characters aggregated from the deltas
+
+
 @attrs.define
 class Outcome:
     """What happened to one request. Times are seconds from the request's start."""
@@ -47,6 +58,15 @@ class Outcome:
     events: int = 0  # complete SSE events relayed (comments excluded)
     bytes_in: int = 0  # body bytes received from the upstream
     bytes_out: int = 0  # body bytes sent to the client
+    model: str | None = None  # as requested
+    tools: list[str] = attrs.field(factory=list)  # declared tool names (hosted tools by type)
+    stalled_item: str | None = None  # e.g. "function_call get_weather (call_weather_01)"
+    usage: dict[str, Any] | None = None  # from response.completed
+    calls: list[CallSummary] = attrs.field(factory=list)
+    #: Whether every aggregate (arguments, text) equalled its ``.done`` value and the
+    #: final output; ``None`` when there was nothing to compare.
+    aggregates_match: bool | None = None
+    anomalies: list[str] = attrs.field(factory=list)  # odd upstream input, forwarded anyway
 
     def as_dict(self) -> dict[str, object]:
         """A JSON-ready view (for logs and the demo)."""
