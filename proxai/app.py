@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import orjson
 
 from .config import Config
 from .errors import ProxyError
+from .observer import PassThroughObserver, StreamObserver
 from .outcome import Outcome, OutcomeKind
 from .relay import ASGIReceive, ASGISend, ProxiedRequest, Relay, send_error
+from .responses.observer import ResponsesObserver
+from .responses.request import project_request
 from .upstream import UpstreamClient
 
 __all__ = ["ProxaiApp"]
@@ -33,10 +37,27 @@ OutcomeHook = Callable[[Outcome], None]
 class ProxaiApp:
     """ASGI 3 application; ``on_outcome`` is called with every request's outcome."""
 
-    def __init__(self, config: Config, *, on_outcome: OutcomeHook | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        on_outcome: OutcomeHook | None = None,
+        upstream_factory: Callable[[Config], UpstreamClient] = UpstreamClient,
+    ) -> None:
         self.config = config
         self._upstream: UpstreamClient | None = None
+        self._upstream_factory = upstream_factory
         self._on_outcome = on_outcome
+
+    async def startup(self) -> None:
+        """Open the upstream connection pool (lifespan startup)."""
+        self._upstream = self._upstream_factory(self.config)
+
+    async def shutdown(self) -> None:
+        """Close the upstream connection pool (lifespan shutdown)."""
+        if self._upstream is not None:
+            await self._upstream.aclose()
+            self._upstream = None
 
     async def __call__(self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
         if scope["type"] == "http":
@@ -49,15 +70,13 @@ class ProxaiApp:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 try:
-                    self._upstream = UpstreamClient(self.config)
+                    await self.startup()
                 except Exception as exc:  # reported to the server, which stops
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                if self._upstream is not None:
-                    await self._upstream.aclose()
-                    self._upstream = None
+                await self.shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -89,22 +108,36 @@ class ProxaiApp:
         if self._upstream is None:
             await send_error(send, ProxyError(503, "proxai is not started", "server_error"))
             return
+        outcome = Outcome(method, path)
+        observer_factory: Callable[[], StreamObserver] = PassThroughObserver
         try:
             body = await self._read_body(scope, receive)
-            if method == "POST" and path in JSON_ROUTES:
+            if method == "POST" and path == "/v1/responses":
+                projection = project_request(body)
+                outcome.model = projection.model
+                outcome.tools = projection.tool_names()
+                observer_factory = partial(ResponsesObserver, self.config.timeouts, projection)
+            elif method == "POST" and path in JSON_ROUTES:
                 _check_json_object(body)
         except ProxyError as exc:
             await send_error(send, exc)
-            self._report(
-                Outcome(
-                    method, path, OutcomeKind.PROXY_ERROR, status=exc.status, detail=exc.message
-                )
-            )
+            outcome.kind = OutcomeKind.PROXY_ERROR
+            outcome.status = exc.status
+            outcome.detail = exc.message
+            self._report(outcome)
             return
         request = ProxiedRequest(
             method, path, scope.get("query_string", b""), list(scope["headers"]), body
         )
-        relay = Relay(self._upstream, self.config.timeouts, request, send, receive)
+        relay = Relay(
+            self._upstream,
+            self.config.timeouts,
+            request,
+            send,
+            receive,
+            observer_factory=observer_factory,
+            outcome=outcome,
+        )
         self._report(await relay.run())
 
     def _report(self, outcome: Outcome) -> None:

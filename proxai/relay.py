@@ -7,16 +7,25 @@ that a slow client slows the upstream read instead of filling proxai's memory::
                                                                    watcher ◀──ASGI receive()
 
 - the **reader** is the only task that touches the upstream response: it waits
-  for the headers (bounded by ``first_byte``), frames SSE bodies into whole
-  events and reports how the body ended;
+  for the headers (bounded by ``first_byte`` and ``total``), frames SSE bodies
+  into whole events, stamps each read with the upstream clock and reports how
+  the body ended;
 - the **observer** feeds each batch of frames to the protocol's sans-io
   observer, forwards the bytes unchanged, and waits for the next batch no
-  longer than the observer's deadline; when that passes it cancels the reader
-  (closing the upstream connection) and appends the observer's closing bytes;
-- the **writer** is the only task that calls ASGI ``send()``;
+  longer than the observer's deadline (and the request's ``total``); when one
+  passes it cancels the reader (closing the upstream connection) and appends
+  the observer's closing bytes at a frame boundary;
+- the **writer** is the only task that calls ASGI ``send()``. It holds the
+  response head back until the first body bytes, so a stream that fails before
+  its first byte becomes a plain HTTP error the client can retry;
 - the **watcher** waits on ASGI ``receive()``, where hypercorn reports a client
   disconnect, and then cancels the whole nursery: the upstream connection is
   closed at once and nothing of the request outlives it.
+
+The *upstream clock* measures only time the reader spent waiting for the
+upstream: while the reader is blocked handing a read to a full channel (the
+client is slow), the clock stands still. Observers get their times from it, so
+their deadlines measure the upstream's silence, never proxai's own waiting.
 """
 
 from __future__ import annotations
@@ -37,7 +46,7 @@ from .outcome import Outcome, OutcomeKind
 from .sse import SSEFrame, SSEFramer
 from .upstream import UpstreamBroken, UpstreamClient
 
-__all__ = ["ProxiedRequest", "Relay", "send_error"]
+__all__ = ["ProxiedRequest", "Relay", "UpstreamClock", "send_error"]
 
 ASGISend = Callable[[dict[str, Any]], Awaitable[None]]
 ASGIReceive = Callable[[], Awaitable[dict[str, Any]]]
@@ -71,10 +80,11 @@ class _Head:
 
 @attrs.frozen
 class _Body:
-    """Bytes of one upstream read: whole frames only when the body is SSE."""
+    """Bytes of one upstream read (whole frames only, for SSE), stamped on the upstream clock."""
 
     data: bytes
     frames: Sequence[SSEFrame]
+    at: float
 
 
 @attrs.frozen
@@ -82,8 +92,45 @@ class _End:
     """The upstream body ended; ``tail`` is an unfinished SSE frame's bytes."""
 
     broken: bool
+    at: float
     tail: bytes = b""
     detail: str | None = None
+
+
+_ToObserver = _Head | _Body | _End | ProxyError
+_ToWriter = _Head | bytes | ProxyError
+
+
+class UpstreamClock:
+    """Trio time minus the time the reader spent blocked on a full channel."""
+
+    def __init__(self) -> None:
+        self._paused_total = 0.0
+        self._paused_since: float | None = None
+
+    def now(self) -> float:
+        wall = trio.current_time()
+        paused = self._paused_total
+        if self._paused_since is not None:
+            paused += wall - self._paused_since
+        return wall - paused
+
+    async def send_paused(
+        self, channel: trio.MemorySendChannel[_ToObserver], message: _ToObserver
+    ) -> None:
+        """Send on ``channel``; the clock stands still while the send is blocked."""
+        try:
+            channel.send_nowait(message)
+        except trio.WouldBlock:
+            pass
+        else:
+            return
+        self._paused_since = trio.current_time()
+        try:
+            await channel.send(message)
+        finally:
+            self._paused_total += trio.current_time() - self._paused_since
+            self._paused_since = None
 
 
 async def send_error(send: ASGISend, error: ProxyError) -> None:
@@ -107,6 +154,23 @@ def _is_event_stream(status: int, headers: Headers) -> bool:
     return False
 
 
+_TIMEOUTS = frozenset(
+    {OutcomeKind.STALLED_IDLE, OutcomeKind.STALLED_TOOL_ARGUMENTS, OutcomeKind.TOTAL_TIMEOUT}
+)
+
+
+def _error_before_first_byte(verdict: Verdict) -> ProxyError:
+    """A stream that ended before any byte reached the client, as an HTTP error.
+
+    Clients retry 5xx before a stream starts, which is what a stall or an
+    early close before the first event deserves.
+    """
+    message = verdict.detail or "the upstream stream ended before its first event"
+    if verdict.kind in (OutcomeKind.UPSTREAM_EOF, OutcomeKind.UPSTREAM_RESET):
+        return ProxyError(502, message, "server_error", code="upstream_closed")
+    return ProxyError(504, message, "server_error", code="upstream_timeout")
+
+
 class Relay:
     """Proxies one request to the upstream and its response to the client."""
 
@@ -119,6 +183,7 @@ class Relay:
         receive: ASGIReceive,
         *,
         observer_factory: ObserverFactory = PassThroughObserver,
+        outcome: Outcome | None = None,
     ) -> None:
         self._upstream = upstream
         self._timeouts = timeouts
@@ -127,13 +192,15 @@ class Relay:
         self._receive = receive
         self._observer_factory = observer_factory
         self._started = 0.0
+        self._total_deadline = math.inf
+        self._clock = UpstreamClock()
         #: Cancelled by the observer task when it ends the stream itself, so the
         #: upstream connection closes while the closing bytes go out.
         self._reader_scope = trio.CancelScope()
         #: Set once every body byte has been handed to the server: a disconnect
         #: after that is the client closing a finished exchange, not an abort.
         self._delivered = False
-        self.outcome = Outcome(request.method, request.path)
+        self.outcome = outcome or Outcome(request.method, request.path)
 
     def _elapsed(self) -> float:
         return trio.current_time() - self._started
@@ -141,12 +208,9 @@ class Relay:
     async def run(self) -> Outcome:
         """Relay until the response is complete or the client is gone."""
         self._started = trio.current_time()
-        up_send, up_recv = trio.open_memory_channel[_Head | _Body | _End | ProxyError](
-            READER_CHANNEL_SIZE
-        )
-        out_send, out_recv = trio.open_memory_channel[_Head | bytes | ProxyError](
-            WRITER_CHANNEL_SIZE
-        )
+        self._total_deadline = self._started + self._timeouts.total
+        up_send, up_recv = trio.open_memory_channel[_ToObserver](READER_CHANNEL_SIZE)
+        out_send, out_recv = trio.open_memory_channel[_ToWriter](WRITER_CHANNEL_SIZE)
         async with trio.open_nursery() as nursery:
             # The nursery's scope is cancelled by the watcher (client gone) and by
             # the writer (response done, so the watcher can stop).
@@ -166,14 +230,16 @@ class Relay:
                 request_scope.cancel()
                 return
 
-    async def _read_upstream(
-        self, channel: trio.MemorySendChannel[_Head | _Body | _End | ProxyError]
-    ) -> None:
+    # -- reader ------------------------------------------------------------------------
+
+    async def _read_upstream(self, channel: trio.MemorySendChannel[_ToObserver]) -> None:
         request = self._request
+        first_byte = self._started + self._timeouts.first_byte
+        send = self._clock.send_paused
         async with channel, AsyncExitStack() as stack:
             with self._reader_scope:
                 try:
-                    with trio.fail_after(self._timeouts.first_byte):
+                    with trio.fail_at(min(first_byte, self._total_deadline)):
                         response = await stack.enter_async_context(
                             self._upstream.open(
                                 request.method,
@@ -184,44 +250,55 @@ class Relay:
                             )
                         )
                 except trio.TooSlowError:
-                    self.outcome.kind = OutcomeKind.STALLED_FIRST_BYTE
-                    await channel.send(
-                        ProxyError(
-                            504,
-                            "the upstream sent no response headers within "
-                            f"{self._timeouts.first_byte} s (proxai first_byte timeout)",
-                            "server_error",
-                            code="upstream_timeout",
-                        )
-                    )
+                    await send(channel, self._head_timeout(first_byte))
                     return
                 except ProxyError as exc:
-                    await channel.send(exc)
+                    await send(channel, exc)
                     return
                 self.outcome.first_byte_s = self._elapsed()
                 sse = _is_event_stream(response.status, response.headers)
-                await channel.send(_Head(response.status, response.headers, sse))
+                await send(channel, _Head(response.status, response.headers, sse))
                 framer = SSEFramer() if sse else None
                 try:
                     async for data in response.iter_body():
+                        at = self._clock.now()
                         self.outcome.bytes_in += len(data)
                         if framer is None:
-                            await channel.send(_Body(data, ()))
+                            await send(channel, _Body(data, (), at))
                             continue
                         frames = framer.feed(data)
-                        await channel.send(
-                            _Body(b"".join([f.raw for f in frames]) if frames else b"", frames)
-                        )
+                        joined = b"".join([f.raw for f in frames]) if frames else b""
+                        # A read that completes no frame still tells the observer the
+                        # upstream is alive.
+                        await send(channel, _Body(joined, frames, at))
                 except UpstreamBroken as exc:
                     tail = framer.close() if framer else b""
-                    await channel.send(_End(broken=True, tail=tail, detail=str(exc)))
+                    await send(channel, _End(True, self._clock.now(), tail, str(exc)))
                     return
-                await channel.send(_End(broken=False, tail=framer.close() if framer else b""))
+                await send(
+                    channel, _End(False, self._clock.now(), framer.close() if framer else b"")
+                )
+
+    def _head_timeout(self, first_byte_deadline: float) -> ProxyError:
+        if first_byte_deadline <= self._total_deadline:
+            self.outcome.kind = OutcomeKind.STALLED_FIRST_BYTE
+            limit = f"{self._timeouts.first_byte} s (proxai first_byte timeout)"
+        else:
+            self.outcome.kind = OutcomeKind.TOTAL_TIMEOUT
+            limit = f"{self._timeouts.total} s (proxai total timeout)"
+        return ProxyError(
+            504,
+            f"the upstream sent no response headers within {limit}",
+            "server_error",
+            code="upstream_timeout",
+        )
+
+    # -- observer ----------------------------------------------------------------------
 
     async def _observe(
         self,
-        upstream: trio.MemoryReceiveChannel[_Head | _Body | _End | ProxyError],
-        client: trio.MemorySendChannel[_Head | bytes | ProxyError],
+        upstream: trio.MemoryReceiveChannel[_ToObserver],
+        client: trio.MemorySendChannel[_ToWriter],
     ) -> None:
         async with upstream, client:
             head = await upstream.receive()
@@ -235,62 +312,76 @@ class Relay:
             self.outcome.streaming = head.sse
             observer = self._observer_factory() if head.sse else PassThroughObserver()
             await client.send(head)
-            verdict = await self._relay_body(upstream, client, observer)
+            verdict, forwarded = await self._relay_body(upstream, client, observer)
             if not 200 <= head.status < 300 and verdict.kind is OutcomeKind.COMPLETED:
                 verdict = Verdict(OutcomeKind.UPSTREAM_ERROR, f"upstream answered {head.status}")
+            observer.fill(self.outcome)
             self.outcome.kind = verdict.kind
             self.outcome.detail = verdict.detail
-            if verdict.closing:
+            if not forwarded and (verdict.closing or verdict.kind in _TIMEOUTS):
+                error = _error_before_first_byte(verdict)
+                self.outcome.status = error.status
+                await client.send(error)
+            elif verdict.closing:
                 await client.send(verdict.closing)
 
     async def _relay_body(
         self,
-        upstream: trio.MemoryReceiveChannel[_Head | _Body | _End | ProxyError],
-        client: trio.MemorySendChannel[_Head | bytes | ProxyError],
+        upstream: trio.MemoryReceiveChannel[_ToObserver],
+        client: trio.MemorySendChannel[_ToWriter],
         observer: StreamObserver,
-    ) -> Verdict:
-        """Forward body bytes until the upstream ends or the observer's deadline passes."""
+    ) -> tuple[Verdict, bool]:
+        """Forward body bytes until the upstream ends or a deadline passes.
+
+        Returns the verdict and whether any byte went to the client.
+        """
+        forwarded = False
         while True:
             message = await self._next_message(upstream, observer)
-            if message is None:  # the observer's deadline passed
+            if message is None:  # a deadline passed first
                 self._reader_scope.cancel()
-                return observer.on_deadline(trio.current_time())
+                if trio.current_time() >= self._total_deadline:
+                    return observer.on_total_timeout(self._clock.now()), forwarded
+                return observer.on_deadline(self._clock.now()), forwarded
             if isinstance(message, _Body):
                 if message.frames:
                     self._count(message.frames)
-                    observer.on_frames(message.frames, trio.current_time())
+                observer.on_frames(message.frames, message.at)
                 if message.data:
+                    forwarded = True
                     await client.send(message.data)
                 continue
             assert isinstance(message, _End)
-            verdict = observer.on_end(
-                broken=message.broken, detail=message.detail, now=trio.current_time()
-            )
+            verdict = observer.on_end(broken=message.broken, detail=message.detail, now=message.at)
             # An unfinished last event is forwarded when proxai adds nothing after
             # it (the client's parser drops it, as it would have without proxai);
             # it is dropped when proxai appends an event, which must start at a
             # boundary.
             if message.tail and (not verdict.closing or not message.tail.strip(b"\r\n")):
+                forwarded = True
                 await client.send(message.tail)
-            return verdict
+            return verdict, forwarded
 
     async def _next_message(
         self,
-        upstream: trio.MemoryReceiveChannel[_Head | _Body | _End | ProxyError],
+        upstream: trio.MemoryReceiveChannel[_ToObserver],
         observer: StreamObserver,
-    ) -> _Head | _Body | _End | ProxyError | None:
-        """The reader's next message, or ``None`` if the observer's deadline passes first.
+    ) -> _ToObserver | None:
+        """The reader's next message, or ``None`` if a deadline passes first.
 
         A message already queued is taken without looking at the clock: it
-        arrived while proxai was busy downstream, so the upstream was not silent.
+        arrived while proxai was busy downstream, so the upstream was not
+        silent. Otherwise the reader is waiting on the upstream, the upstream
+        clock runs with trio's, and the observer's deadline converts directly.
         """
         try:
             return upstream.receive_nowait()
         except trio.WouldBlock:
             pass
-        deadline = observer.deadline()
-        if deadline == math.inf:
-            return await upstream.receive()
+        deadline = self._total_deadline
+        observer_deadline = observer.deadline()
+        if observer_deadline != math.inf:
+            deadline = min(deadline, trio.current_time() + (observer_deadline - self._clock.now()))
         with trio.move_on_at(deadline):
             return await upstream.receive()
         return None
@@ -301,31 +392,45 @@ class Relay:
             self.outcome.first_event_s = self._elapsed()
         self.outcome.events += events
 
+    # -- writer ------------------------------------------------------------------------
+
     async def _write_client(
         self,
-        channel: trio.MemoryReceiveChannel[_Head | bytes | ProxyError],
+        channel: trio.MemoryReceiveChannel[_ToWriter],
         request_scope: trio.CancelScope,
     ) -> None:
         async with channel:
-            head = await channel.receive()
-            if isinstance(head, ProxyError):
-                self.outcome.status = head.status
-                self._delivered = True
-                await send_error(self._send, head)
-            else:
-                assert isinstance(head, _Head)
-                headers = response_headers_for_client(
-                    head.headers, keep_content_length=not head.sse
-                )
-                await self._send(
-                    {"type": "http.response.start", "status": head.status, "headers": headers}
-                )
-                async for data in channel:
-                    assert isinstance(data, bytes)
-                    self.outcome.bytes_out += len(data)
+            message: _ToWriter | None = await channel.receive()
+            if isinstance(message, _Head):
+                head = message
+                # The head is held until the first body bytes: until then the stream
+                # can still turn into an HTTP error.
+                try:
+                    message = await channel.receive()
+                except trio.EndOfChannel:
+                    message = None
+                if not isinstance(message, ProxyError):
+                    await self._send_head(head)
+                    if message is not None:
+                        assert isinstance(message, bytes)
+                        await self._send_body(message)
+                        async for data in channel:
+                            assert isinstance(data, bytes)
+                            await self._send_body(data)
+                    self._delivered = True
                     await self._send(
-                        {"type": "http.response.body", "body": data, "more_body": True}
+                        {"type": "http.response.body", "body": b"", "more_body": False}
                     )
+            if isinstance(message, ProxyError):
+                self.outcome.status = message.status
                 self._delivered = True
-                await self._send({"type": "http.response.body", "body": b"", "more_body": False})
+                await send_error(self._send, message)
         request_scope.cancel()
+
+    async def _send_head(self, head: _Head) -> None:
+        headers = response_headers_for_client(head.headers, keep_content_length=not head.sse)
+        await self._send({"type": "http.response.start", "status": head.status, "headers": headers})
+
+    async def _send_body(self, data: bytes) -> None:
+        self.outcome.bytes_out += len(data)
+        await self._send({"type": "http.response.body", "body": data, "more_body": True})

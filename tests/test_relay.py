@@ -63,13 +63,16 @@ async def test_client_never_receives_half_an_event(start_upstream: Any, proxai_f
     """Each network read on the client side ends at an event boundary, even when the
     upstream pauses mid-event."""
     event = sse_event({"type": "response.output_text.delta", "delta": "北京"})
+    done = sse_event(TURN2_EVENTS[-1])
     cut = len(event) // 2
     steps = [
         Send(event[:cut]),
         Sleep(0.05),
         Send(event[cut:] + event[:3]),
         Sleep(0.05),
-        Send(event[3:]),
+        Send(event[3:] + done[:5]),
+        Sleep(0.05),
+        Send(done[5:]),
     ]
     upstream = await start_upstream([Script(steps=steps)])
     async with (
@@ -78,8 +81,8 @@ async def test_client_never_receives_half_an_event(start_upstream: Any, proxai_f
         client.stream("POST", px.base_url + "/responses", json={}) as response,
     ):
         pieces = [chunk async for chunk in response.aiter_raw()]
-    assert b"".join(pieces) == event + event
-    assert pieces == [event, event]
+    assert b"".join(pieces) == event + event + done
+    assert pieces == [event, event, done]
 
 
 async def test_openai_sdk_parses_the_relayed_stream(start_upstream: Any, proxai_for: Any) -> None:
@@ -343,7 +346,7 @@ async def test_upstream_closing_before_headers_is_502(
     assert response.json()["error"]["code"] == "upstream_unreachable"
 
 
-async def test_upstream_reset_mid_stream_ends_the_response(
+async def test_upstream_reset_mid_responses_stream_gets_a_terminal(
     start_upstream: Any, proxai_for: Any
 ) -> None:
     events = [sse_event(e) for e in TURN1_EVENTS[:5]]
@@ -353,9 +356,26 @@ async def test_upstream_reset_mid_stream_ends_the_response(
     async with proxai_for(upstream) as px, httpx.AsyncClient() as client:
         response = await client.post(px.base_url + "/responses", json={})
         (outcome,) = await px.wait_for_outcomes(1)
-    # Without an observer (next layer) the unfinished event is passed on as the
-    # upstream sent it; a client's SSE parser discards it, as it would directly.
-    assert response.content == b"".join(events) + b"event: partial\nda"
+    # the unfinished event is dropped; proxai's error and response.failed follow at a boundary
+    body = response.content
+    assert body.startswith(b"".join(events) + b"event: error\ndata: ")
+    assert b"event: partial" not in body
+    assert body.endswith(b"\n\n") and b"event: response.failed\ndata: " in body
+    assert outcome.kind is OutcomeKind.UPSTREAM_RESET
+
+
+async def test_unobserved_stream_passes_an_unfinished_last_event_on(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    # No observer watches this route (yet): proxai appends nothing, so the unfinished
+    # event goes out as the upstream sent it, and a client's parser discards it as it
+    # would without proxai.
+    chunk = b'data: {"choices":[]}\n\n'
+    upstream = await start_upstream([Script.sse([chunk], then=[Send(b"data: {"), Reset()])])
+    async with proxai_for(upstream) as px, httpx.AsyncClient() as client:
+        response = await client.post(px.base_url + "/chat/completions", json={})
+        (outcome,) = await px.wait_for_outcomes(1)
+    assert response.content == chunk + b"data: {"
     assert outcome.kind is OutcomeKind.UPSTREAM_RESET
 
 

@@ -1,0 +1,145 @@
+"""Drive ProxaiApp over in-memory ASGI and an in-memory upstream, on trio's clock.
+
+Everything here runs inside one trio run, so under ``autojump_clock`` every
+timestamp is an exact virtual time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from proxai.app import ProxaiApp
+from proxai.config import Config, load_config
+from proxai.outcome import Outcome
+from proxai.sse import SSEFramer
+from proxai.testing.memory import ScriptTransport
+from proxai.testing.upstream import Responder, Script
+from proxai.upstream import UpstreamClient
+
+TIMEOUTS = {
+    "connect": 5.0,
+    "first_byte": 10.0,
+    "idle": 30.0,
+    "tool_arguments": 20.0,
+    "total": 1000.0,
+}
+
+
+@attrs.define
+class Exchange:
+    """What the in-memory client saw, with virtual times."""
+
+    started_at: float
+    status: int | None = None
+    headers: list[tuple[bytes, bytes]] = attrs.field(factory=list)
+    chunks: list[tuple[float, bytes]] = attrs.field(factory=list)
+    ended_at: float | None = None
+    outcome: Outcome | None = None
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(c for _, c in self.chunks)
+
+    @property
+    def elapsed(self) -> float:
+        assert self.ended_at is not None
+        return self.ended_at - self.started_at
+
+    def events(self) -> list[dict[str, Any]]:
+        framer = SSEFramer()
+        frames = framer.feed(self.body)
+        assert framer.close() == b"", "the client was left mid-event"
+        return [json.loads(f.data) for f in frames if f.data is not None]
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class MemoryProxy:
+    """A ProxaiApp whose upstream is a :class:`ScriptTransport`."""
+
+    def __init__(self, responder: Responder | Sequence[Script], **timeouts: float) -> None:
+        self.transport = ScriptTransport(responder)
+        self.config: Config = load_config(
+            None,
+            overrides={
+                "upstream": {"base_url": "http://upstream.test/v1", "api_key": "sk-up"},
+                "timeouts": {**TIMEOUTS, **timeouts},
+            },
+        )
+        self.outcomes: list[Outcome] = []
+        self.app = ProxaiApp(
+            self.config,
+            on_outcome=self.outcomes.append,
+            upstream_factory=lambda config: UpstreamClient(config, transport=self.transport),
+        )
+
+    async def __aenter__(self) -> MemoryProxy:
+        await self.app.startup()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.app.shutdown()
+
+    async def request(
+        self,
+        body: dict[str, Any] | bytes,
+        *,
+        path: str = "/v1/responses",
+        read_delay: float | Callable[[int], float] = 0.0,
+        disconnect_after: float | None = None,
+    ) -> Exchange:
+        """One request; ``read_delay`` makes the client take that long to accept each
+        body message (a slow reader), or the n-th message when it is a function of n;
+        ``disconnect_after`` hangs up at that time."""
+        raw = body if isinstance(body, bytes) else json.dumps(body, ensure_ascii=False).encode()
+        exchange = Exchange(started_at=trio.current_time())
+        gone = trio.Event()
+        sent_body = False
+
+        async def receive() -> dict[str, Any]:
+            nonlocal sent_body
+            if not sent_body:
+                sent_body = True
+                return {"type": "http.request", "body": raw, "more_body": False}
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                exchange.status = message["status"]
+                exchange.headers = list(message["headers"])
+                return
+            if message.get("body"):
+                delay = read_delay(len(exchange.chunks)) if callable(read_delay) else read_delay
+                if delay:
+                    await trio.sleep(delay)
+            if message.get("body"):
+                exchange.chunks.append((trio.current_time(), message["body"]))
+            if not message.get("more_body", False):
+                exchange.ended_at = trio.current_time()
+
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": path,
+            "query_string": b"",
+            "headers": [(b"content-type", b"application/json")],
+        }
+        async with trio.open_nursery() as nursery:
+            if disconnect_after is not None:
+
+                async def hang_up() -> None:
+                    await trio.sleep(disconnect_after)
+                    gone.set()
+
+                nursery.start_soon(hang_up)
+            await self.app(scope, receive, send)
+            nursery.cancel_scope.cancel()
+        exchange.outcome = self.outcomes[-1]
+        return exchange
