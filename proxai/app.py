@@ -13,10 +13,9 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-import orjson
-
 from .config import Config
 from .errors import ProxyError
+from .json_body import load_json_object
 from .observer import PassThroughObserver, StreamObserver
 from .outcome import Outcome, OutcomeKind
 from .relay import ASGIReceive, ASGISend, ProxiedRequest, Relay, send_error
@@ -118,7 +117,7 @@ class ProxaiApp:
                 outcome.tools = projection.tool_names()
                 observer_factory = partial(ResponsesObserver, self.config.timeouts, projection)
             elif method == "POST" and path in JSON_ROUTES:
-                _check_json_object(body)
+                load_json_object(body)
         except ProxyError as exc:
             await send_error(send, exc)
             outcome.kind = OutcomeKind.PROXY_ERROR
@@ -181,16 +180,3 @@ def _too_large(limit: int) -> ProxyError:
         "invalid_request_error",
         code="request_too_large",
     )
-
-
-def _check_json_object(body: bytes) -> None:
-    try:
-        value = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise ProxyError.invalid_request(
-            f"request body is not valid JSON: {exc}", code="invalid_json"
-        ) from None
-    if not isinstance(value, dict):
-        raise ProxyError.invalid_request(
-            f"request body must be a JSON object, got {type(value).__name__}", code="invalid_json"
-        )

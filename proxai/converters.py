@@ -9,6 +9,7 @@ integer) and errors that name the offending key as a path such as
 from __future__ import annotations
 
 import typing
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -82,26 +83,33 @@ def _origin(kind: Any) -> str | None:
     return {list: "list", dict: "dict"}.get(origin)
 
 
+def _structure_items(
+    conv: cattrs.Converter, items: Iterable[tuple[Any, Any]], item_type: Any, kind: Any
+) -> list[tuple[Any, Any]]:
+    """Structure each (key, value); report every failure with its key as a path note."""
+    out: list[tuple[Any, Any]] = []
+    errors: list[Exception] = []
+    for key, item in items:
+        try:
+            out.append((key, conv.structure(item, item_type)))
+        except Exception as exc:
+            exc.__notes__ = [
+                *getattr(exc, "__notes__", []),
+                IterableValidationNote("", key, item_type),
+            ]
+            errors.append(exc)
+    if errors:
+        raise IterableValidationError("invalid items", errors, kind)
+    return out
+
+
 def _list_hook(conv: cattrs.Converter, kind: Any) -> Any:
     (item_type,) = typing.get_args(kind)
 
     def structure(value: Any, _: Any) -> list[Any]:
         if not isinstance(value, list):
-            raise TypeError(f"expected an array, got {_type_name(value)}")
-        out: list[Any] = []
-        errors: list[Exception] = []
-        for index, item in enumerate(value):
-            try:
-                out.append(conv.structure(item, item_type))
-            except Exception as exc:
-                exc.__notes__ = [
-                    *getattr(exc, "__notes__", []),
-                    IterableValidationNote("", index, item_type),
-                ]
-                errors.append(exc)
-        if errors:
-            raise IterableValidationError("invalid array", errors, kind)
-        return out
+            raise TypeError(f"expected {_NAMES[list]}, got {_type_name(value)}")
+        return [item for _, item in _structure_items(conv, enumerate(value), item_type, kind)]
 
     return structure
 
@@ -114,20 +122,7 @@ def _dict_hook(conv: cattrs.Converter, kind: Any) -> Any:
             raise TypeError(f"expected {_NAMES[dict]}, got {_type_name(value)}")
         if value_type is Any:
             return value
-        out: dict[Any, Any] = {}
-        errors: list[Exception] = []
-        for key, item in value.items():
-            try:
-                out[key] = conv.structure(item, value_type)
-            except Exception as exc:
-                exc.__notes__ = [
-                    *getattr(exc, "__notes__", []),
-                    IterableValidationNote("", key, value_type),
-                ]
-                errors.append(exc)
-        if errors:
-            raise IterableValidationError("invalid object", errors, kind)
-        return out
+        return dict(_structure_items(conv, value.items(), value_type, kind))
 
     return structure
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
-import orjson
 from cattrs.errors import ClassValidationError
 
 from ..converters import error_paths, strict_converter
 from ..errors import ProxyError
+from ..json_body import load_json_object
 
 __all__ = [
     "ApplyPatchTool",
@@ -334,19 +334,9 @@ _converter.register_structure_hook(JSON, _passthrough)
 
 def project_request(body: bytes | dict[str, Any]) -> RequestProjection:
     """Project a request body, or raise :class:`ProxyError` (400) naming the bad path."""
-    if isinstance(body, bytes | bytearray):
-        try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise ProxyError.invalid_request(
-                f"request body is not valid JSON: {exc}", code="invalid_json"
-            ) from None
-    else:
-        data = body
+    data = load_json_object(body) if isinstance(body, bytes | bytearray) else body
     if not isinstance(data, dict):
-        raise ProxyError.invalid_request(
-            f"request body must be a JSON object, got {type(data).__name__}", code="invalid_json"
-        )
+        raise ProxyError.invalid_request("request body must be a JSON object", code="invalid_json")
     try:
         projection: RequestProjection = _converter.structure(data, RequestProjection)
     except (ClassValidationError, TypeError, ValueError) as exc:
