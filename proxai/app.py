@@ -109,6 +109,7 @@ class ProxaiApp:
             return
         outcome = Outcome(method, path)
         observer_factory: Callable[[], StreamObserver] = PassThroughObserver
+        streaming = True
         try:
             body = await self._read_body(scope, receive)
             if method == "POST" and path == "/v1/responses":
@@ -116,8 +117,9 @@ class ProxaiApp:
                 outcome.model = projection.model
                 outcome.tools = projection.tool_names()
                 observer_factory = partial(ResponsesObserver, self.config.timeouts, projection)
+                streaming = projection.stream is True
             elif method == "POST" and path in JSON_ROUTES:
-                load_json_object(body)
+                streaming = load_json_object(body).get("stream") is True
         except ProxyError as exc:
             await send_error(send, exc)
             outcome.kind = OutcomeKind.PROXY_ERROR
@@ -126,7 +128,12 @@ class ProxaiApp:
             self._report(outcome)
             return
         request = ProxiedRequest(
-            method, path, scope.get("query_string", b""), list(scope["headers"]), body
+            method,
+            path,
+            scope.get("query_string", b""),
+            list(scope["headers"]),
+            body,
+            first_byte_applies=streaming,
         )
         relay = Relay(
             self._upstream,

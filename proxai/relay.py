@@ -67,6 +67,9 @@ class ProxiedRequest:
     query: bytes
     headers: Headers
     body: bytes
+    #: False for a generation request that asked for no stream: the upstream sends its
+    #: headers only when the whole answer is ready, so only ``total`` bounds the wait.
+    first_byte_applies: bool = True
 
 
 @attrs.frozen
@@ -234,7 +237,9 @@ class Relay:
 
     async def _read_upstream(self, channel: trio.MemorySendChannel[_ToObserver]) -> None:
         request = self._request
-        first_byte = self._started + self._timeouts.first_byte
+        first_byte = math.inf
+        if request.first_byte_applies:
+            first_byte = self._started + self._timeouts.first_byte
         send = self._clock.send_paused
         async with channel, AsyncExitStack() as stack:
             with self._reader_scope:

@@ -421,6 +421,26 @@ async def test_total_bounds_streams_without_an_observer(
         assert exchange.body == chunk * 3
 
 
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/chat/completions"])
+async def test_a_non_streaming_generation_waits_for_its_headers_up_to_total(
+    autojump_clock: MockClock, path: str
+) -> None:
+    # Without "stream": true the upstream answers only when the whole response is ready,
+    # which may take far longer than first_byte: only total bounds it.
+    script = Script(
+        before_head=[Sleep(300)],
+        headers=(("content-type", "application/json"),),
+        steps=[Send(b"{}")],
+    )
+    async with MemoryProxy([script, Script(before_head=[Stall()])], total=600.0) as proxy:
+        slow = await proxy.request({"model": "m"}, path=path)
+        stuck = await proxy.request({"model": "m", "stream": False}, path=path)
+    assert (slow.status, slow.body, slow.elapsed) == (200, b"{}", 300.0)
+    assert slow.outcome is not None and slow.outcome.kind is OutcomeKind.COMPLETED
+    assert (stuck.status, stuck.elapsed) == (504, 600.0)
+    assert stuck.outcome is not None and stuck.outcome.kind is OutcomeKind.TOTAL_TIMEOUT
+
+
 async def test_total_before_headers(autojump_clock: MockClock) -> None:
     async with MemoryProxy([Script(before_head=[Stall()])], total=4.0) as proxy:
         exchange = await proxy.request(TURN1_REQUEST)
