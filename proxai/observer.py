@@ -38,6 +38,9 @@ class Verdict:
 class StreamObserver:
     """The interface the relay drives; the base class only passes frames through."""
 
+    def on_start(self, now: float) -> None:
+        """The upstream's response headers arrived: the stream's deadlines start now."""
+
     def on_frames(self, frames: Sequence[SSEFrame], now: float) -> None:
         """Frames that just arrived from the upstream (already on their way out)."""
 

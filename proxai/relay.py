@@ -79,6 +79,7 @@ class _Head:
     status: int
     headers: Headers
     sse: bool
+    at: float  # on the upstream clock
 
 
 @attrs.frozen
@@ -262,7 +263,9 @@ class Relay:
                     return
                 self.outcome.first_byte_s = self._elapsed()
                 sse = _is_event_stream(response.status, response.headers)
-                await send(channel, _Head(response.status, response.headers, sse))
+                await send(
+                    channel, _Head(response.status, response.headers, sse, self._clock.now())
+                )
                 framer = SSEFramer() if sse else None
                 try:
                     async for data in response.iter_body():
@@ -316,6 +319,7 @@ class Relay:
             self.outcome.status = head.status
             self.outcome.streaming = head.sse
             observer = self._observer_factory() if head.sse else PassThroughObserver()
+            observer.on_start(head.at)
             await client.send(head)
             verdict, forwarded = await self._relay_body(upstream, client, observer)
             if not 200 <= head.status < 300 and verdict.kind is OutcomeKind.COMPLETED:

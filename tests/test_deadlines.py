@@ -78,6 +78,19 @@ async def test_stall_after_headers_before_any_event_is_504_at_idle(
     assert exchange.outcome is not None and exchange.outcome.kind is OutcomeKind.STALLED_IDLE
 
 
+async def test_deadlines_start_when_the_headers_arrive(autojump_clock: MockClock) -> None:
+    # trio's real clock is never near zero: a deadline must count from the stream's
+    # start, not from the clock's origin.
+    await trio.sleep(10_000)
+    healthy = Script(steps=[Sleep(29), Send(turn_bytes(TURN2_EVENTS))])
+    silent = Script(before_head=[Sleep(4)], steps=[Stall()])
+    async with MemoryProxy([healthy, silent]) as proxy:
+        ok = await proxy.request(TURN2_REQUEST)
+        stalled = await proxy.request(TURN1_REQUEST)
+    assert (ok.status, ok.body, ok.elapsed) == (200, TURN2, 29.0)
+    assert (stalled.status, stalled.elapsed) == (504, 4.0 + 30.0)
+
+
 async def test_stall_mid_arguments_fires_tool_arguments_at_its_time(
     autojump_clock: MockClock,
 ) -> None:

@@ -67,6 +67,12 @@ def test_seed_turn2_text_aggregation() -> None:
     assert outcome.aggregates_match is True
 
 
+def test_idle_counts_from_the_start_of_the_stream() -> None:
+    observer = ResponsesObserver(TIMEOUTS)
+    observer.on_start(5000.0)
+    assert observer.deadline() == 5030.0
+
+
 def test_deadlines_follow_the_open_items() -> None:
     observer = ResponsesObserver(TIMEOUTS)
     feed(observer, TURN1_EVENTS[:1], 0.0)

@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from proxai.outcome import OutcomeKind
-from proxai.testing import Script, Send, Stall, sse_event
+from proxai.testing import Script, Send, Sleep, Stall, sse_event
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, TURN2_EVENTS, TURN2_REQUEST
 
 openai = pytest.importorskip("openai")
@@ -97,7 +97,8 @@ async def test_stall_before_the_first_event_is_a_retryable_http_error(
 
 
 async def test_healthy_stream_is_untouched(start_upstream: Any, proxai_for: Any) -> None:
-    script = Script.sse(TURN1_EVENTS, delay=0.1)  # gaps well under every deadline
+    # a pause after the headers and gaps between events, all well under every deadline
+    script = Script(steps=[Sleep(0.3), *Script.sse(TURN1_EVENTS, delay=0.1).steps])
     seen, error, outcome = await run_sdk(start_upstream, proxai_for, script, TURN1_REQUEST)
     assert error is None
     assert seen == [e["type"] for e in TURN1_EVENTS]

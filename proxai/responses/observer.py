@@ -175,6 +175,9 @@ class ResponsesObserver(StreamObserver):
 
     # -- feeding -------------------------------------------------------------------------
 
+    def on_start(self, now: float) -> None:
+        self._last_activity = now
+
     def on_frames(self, frames: Any, now: float) -> None:
         self._last_activity = now
         frame: SSEFrame
