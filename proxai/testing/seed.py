@@ -76,7 +76,16 @@ TURN2_REQUEST: dict[str, Any] = {
 
 
 def _response(rid: str, status: str) -> dict[str, Any]:
-    return {"id": rid, "object": "response", "status": status, "model": "gpt-5.4", "output": []}
+    # The seed abbreviates the snapshot; created_at is added because strict clients
+    # (the Vercel AI SDK) reject a response object without it.
+    return {
+        "id": rid,
+        "object": "response",
+        "created_at": 1764460800,
+        "status": status,
+        "model": "gpt-5.4",
+        "output": [],
+    }
 
 
 def _call(arguments: str, status: str) -> dict[str, Any]:
