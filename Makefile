@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck check clean
+.PHONY: demo test test-clients lint typecheck check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,12 @@ demo: $(STAMP)
 ## test: the whole test suite (what CI runs)
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+## test-clients: the real Vercel AI SDK (npm: ai, @ai-sdk/openai) against proxai; needs node + npm
+test-clients: $(STAMP)
+	cd tests/clients && if [ -f package-lock.json ]; then npm ci --no-audit --no-fund; \
+		else npm install --no-audit --no-fund; fi
+	$(BIN)/python tests/clients/run_clients.py
 
 ## lint / typecheck: ruff and mypy --strict
 lint: $(STAMP)

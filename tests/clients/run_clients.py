@@ -1,0 +1,397 @@
+"""Client conformance: the real Vercel AI SDK (``ai`` + ``@ai-sdk/openai``) against proxai.
+
+For each scenario this starts a :class:`ScriptedUpstream` playing the scenario's
+scripts and a real proxai server in front of it (small deadlines), runs
+``node vercel_client.mjs <scenario> <base_url>`` against proxai, and checks
+
+- the client's exit status and its one-line JSON verdict (the SDK-side expectation),
+- proxai's recorded outcome kind for every request, and how many requests reached
+  the upstream,
+- that proxai gave up at the scenario's deadline: not sooner (its message names that
+  time) and not much later,
+- that the error message the SDK surfaced is proxai's own (``Outcome.detail``).
+
+Then the *negative controls* run the same client against a scripted server standing
+in for a misbehaving proxy (a stream ended silently, a stream that never ends, ...):
+each must make the client fail, or the scenarios above would prove nothing.
+
+Run with ``make test-clients`` (it installs the npm packages first). Exits non-zero
+if any check failed; the last line is ``N passed, M failed``. ``-v`` also prints each
+scenario's client verdict (the full JSON line).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from proxai.outcome import Outcome, OutcomeKind
+from proxai.testing import Script, ScriptedUpstream, Sleep, Stall, open_proxai
+from proxai.testing.seed import TURN1_EVENTS
+
+HERE = Path(__file__).resolve().parent
+CLIENT = HERE / "vercel_client.mjs"
+
+#: proxai's deadlines for every scenario: small, and tool_arguments < idle so the
+#: outcome kind tells which one fired.
+TIMEOUTS = {"first_byte": 0.5, "tool_arguments": 0.3, "idle": 0.5, "total": 15.0}
+#: The client's own hard timeout (ms) and ours around it (s): neither may be reached.
+CLIENT_TIMEOUT_MS = 20_000
+PROCESS_TIMEOUT = 30.0
+#: The hard timeout for negative controls whose proxy never ends the stream.
+CONTROL_TIMEOUT_MS = 3_000
+
+#: The seed's turn 1 (web_search status, then the get_weather call). Its response
+#: snapshots carry ``created_at``, which the SDK's schema requires on
+#: ``response.created`` (without it the SDK reports a TypeValidationError and
+#: finishReason 'error', even for a healthy turn).
+IN_PROGRESS = {
+    "type": "response.in_progress",
+    "sequence_number": 1,
+    "response": TURN1_EVENTS[0]["response"],
+}
+#: response.created, then silence: no output item yet.
+CREATED_STALL = Script.sse(TURN1_EVENTS[:1], then=[Stall()])
+#: response.created + response.in_progress (as OpenAI sends them), then silence.
+EARLY_STALL = Script.sse([TURN1_EVENTS[0], IN_PROGRESS], then=[Stall()])
+
+
+@attrs.frozen
+class Scenario:
+    """One run of the client through proxai."""
+
+    name: str
+    client: str  # the client's scenario name (its expectation)
+    scripts: Sequence[Script]  # played by the upstream, one per request
+    outcomes: Sequence[OutcomeKind]  # proxai's outcome kind for each request, in order
+    #: The deadline that must end the first failed request: proxai must give up no
+    #: sooner than this (its message names the time) and not much later.
+    deadline: float | None = None
+    #: Whether the SDK's error message must equal the first failed outcome's detail.
+    proxai_message: bool = True
+
+
+@attrs.frozen
+class Control:
+    """The client run against a scripted misbehaving proxy: it must fail."""
+
+    title: str
+    scenario: str  # the client's scenario name
+    script: Script
+    timeout_ms: int = CLIENT_TIMEOUT_MS
+
+
+#: How late a deadline may fire on a real clock (scheduling, a loaded CI machine).
+DEADLINE_SLACK = 1.0
+#: A healthy upstream that takes a moment before its first event and between events,
+#: as a real one does (well under every deadline).
+FIRST_EVENT_DELAY = 0.1
+PACED_TURN1 = Script(
+    steps=(Sleep(FIRST_EVENT_DELAY), *Script.sse(TURN1_EVENTS, delay=0.02).steps),
+)
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        "healthy",
+        "healthy",
+        [Script.sse(TURN1_EVENTS)],
+        [OutcomeKind.COMPLETED],
+        proxai_message=False,
+    ),
+    Scenario(
+        "healthy-paced",
+        "healthy",
+        [PACED_TURN1],
+        [OutcomeKind.COMPLETED],
+        proxai_message=False,
+    ),
+    Scenario(
+        "stall-mid-arguments",
+        "stall-mid-arguments",
+        [Script.sse(TURN1_EVENTS[:6], then=[Stall()])],
+        [OutcomeKind.STALLED_TOOL_ARGUMENTS],
+        deadline=TIMEOUTS["tool_arguments"],
+    ),
+    Scenario(
+        "error-before-output",
+        "error-before-output",
+        [CREATED_STALL],
+        [OutcomeKind.STALLED_IDLE],
+        deadline=TIMEOUTS["idle"],
+    ),
+    Scenario(
+        "error-after-in-progress",
+        "error-before-output",
+        [EARLY_STALL],
+        [OutcomeKind.STALLED_IDLE],
+        deadline=TIMEOUTS["idle"],
+    ),
+    Scenario(
+        "retry-after-error-before-output",
+        "retry-after-error-before-output",
+        [EARLY_STALL, Script.sse(TURN1_EVENTS)],
+        [OutcomeKind.STALLED_IDLE, OutcomeKind.COMPLETED],
+        deadline=TIMEOUTS["idle"],
+        proxai_message=False,
+    ),
+    Scenario(
+        "stall-before-event",
+        "stall-before-event",
+        [Script(steps=[Stall()])],
+        [OutcomeKind.STALLED_IDLE],
+        deadline=TIMEOUTS["idle"],
+    ),
+    Scenario(
+        "stall-before-headers",
+        "stall-before-headers",
+        [Script(before_head=[Stall()])],
+        [OutcomeKind.STALLED_FIRST_BYTE],
+        deadline=TIMEOUTS["first_byte"],
+    ),
+)
+
+CONTROLS: tuple[Control, ...] = (
+    Control(
+        "mid-arguments stream ended silently",
+        "stall-mid-arguments",
+        Script.sse(TURN1_EVENTS[:6]),
+    ),
+    Control(
+        "mid-arguments stream never ended",
+        "stall-mid-arguments",
+        Script.sse(TURN1_EVENTS[:6], then=[Stall()]),
+        timeout_ms=CONTROL_TIMEOUT_MS,
+    ),
+    Control(
+        "stream ended silently after response.in_progress",
+        "error-before-output",
+        Script.sse([TURN1_EVENTS[0], IN_PROGRESS]),
+    ),
+    Control("200 with an empty event stream", "stall-before-event", Script()),
+    Control(
+        "502 instead of 504",
+        "stall-before-headers",
+        Script.json(
+            {
+                "error": {
+                    "message": "bad gateway",
+                    "type": "server_error",
+                    "param": None,
+                    "code": "upstream_closed",
+                }
+            },
+            status=502,
+        ),
+    ),
+    Control("healthy turn cut before arguments.done", "healthy", Script.sse(TURN1_EVENTS[:7])),
+)
+
+
+@attrs.define
+class Run:
+    """The client process's result."""
+
+    code: int
+    verdict: dict[str, Any] | None
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+async def run_client(
+    node: str, scenario: str, base_url: str, timeout_ms: int = CLIENT_TIMEOUT_MS
+) -> Run:
+    env = {**os.environ, "VERCEL_CLIENT_TIMEOUT_MS": str(timeout_ms)}
+    started = trio.current_time()
+    with trio.fail_after(PROCESS_TIMEOUT):
+        done = await trio.run_process(
+            [node, str(CLIENT), scenario, base_url],
+            cwd=HERE,
+            env=env,
+            check=False,
+            capture_stdout=True,
+            capture_stderr=True,
+        )
+    stdout = done.stdout.decode(errors="replace")
+    verdict: dict[str, Any] | None = None
+    lines = stdout.strip().splitlines()
+    if lines:
+        try:
+            verdict = json.loads(lines[-1])
+        except ValueError:
+            verdict = None
+    return Run(
+        done.returncode,
+        verdict,
+        stdout,
+        done.stderr.decode(errors="replace"),
+        trio.current_time() - started,
+    )
+
+
+def describe_sdk(verdict: dict[str, Any] | None) -> str:
+    """What the SDK surfaced, in one short phrase."""
+    if verdict is None:
+        return "no verdict"
+    seen = verdict["observed"]
+    error = seen["thrown"] or (seen["errorParts"][0] if seen["errorParts"] else None)
+    parts: list[str] = []
+    if error is not None:
+        where = "thrown" if seen["thrown"] else "error part"
+        fields = ", ".join(
+            f"{key}={error[key]!r}" for key in ("statusCode", "isRetryable") if key in error
+        )
+        kind = error.get("class") or "?"
+        if error.get("isAPICallError"):
+            kind += " (APICallError)"
+        parts.append(f"{where} {kind} {fields}: {error.get('message')!r}")
+    if seen["toolCalls"]:
+        calls = ", ".join(
+            f"{c['toolName']}({json.dumps(c['input'], ensure_ascii=False)})"
+            for c in seen["toolCalls"]
+        )
+        parts.append(f"tool calls {calls}")
+    parts.append(f"finishReason={seen['finishReason']}")
+    return "; ".join(parts)
+
+
+def sdk_error_message(verdict: dict[str, Any]) -> str | None:
+    seen = verdict["observed"]
+    if seen["thrown"]:
+        message = seen["thrown"].get("message")
+    elif seen["errorParts"]:
+        message = seen["errorParts"][0].get("message")
+    else:
+        return None
+    return message if isinstance(message, str) else None
+
+
+async def run_scenario(node: str, scenario: Scenario) -> tuple[list[str], Run | None, str]:
+    """Run one scenario; return its failures, the client run and proxai's outcome kinds."""
+    upstream = ScriptedUpstream(scenario.scripts)
+    outcomes: list[Outcome] = []
+    run: Run | None = None
+    failures: list[str] = []
+    async with trio.open_nursery() as nursery:
+        upstream_url = await nursery.start(upstream.serve)
+        async with open_proxai(upstream_url, timeouts=TIMEOUTS) as proxy:
+            try:
+                run = await run_client(node, scenario.client, proxy.base_url)
+            except trio.TooSlowError:
+                failures.append(f"the client did not exit within {PROCESS_TIMEOUT} s")
+            with trio.move_on_after(2.0):
+                await proxy.wait_for_outcomes(len(scenario.outcomes))
+            outcomes = list(proxy.outcomes)
+        nursery.cancel_scope.cancel()
+
+    kinds = [o.kind for o in outcomes]
+    if kinds != list(scenario.outcomes):
+        want = [k.value for k in scenario.outcomes]
+        failures.append(f"proxai outcomes {[k and k.value for k in kinds]}, expected {want}")
+    failed = [o for o in outcomes if o.kind is not OutcomeKind.COMPLETED]
+    if scenario.deadline is not None and failed and failed[0].total_s is not None:
+        took = failed[0].total_s
+        if not scenario.deadline <= took <= scenario.deadline + DEADLINE_SLACK:
+            failures.append(
+                f"proxai gave up after {took:.3f} s, expected the {scenario.deadline} s deadline"
+            )
+    if len(upstream.requests) != len(scenario.outcomes):
+        failures.append(
+            f"{len(upstream.requests)} upstream requests, expected {len(scenario.outcomes)}"
+        )
+    if run is not None:
+        if run.verdict is None:
+            failures.append(f"no JSON verdict from the client (exit {run.code})")
+        else:
+            failures.extend(f"sdk: {f}" for f in run.verdict["failures"])
+            if scenario.proxai_message:
+                detail = failed[0].detail if failed else None
+                message = sdk_error_message(run.verdict)
+                if message is None or message != detail:
+                    failures.append(f"sdk error message {message!r} is not proxai's {detail!r}")
+        if run.code != 0 and not failures:
+            failures.append(f"the client exited {run.code}")
+    return failures, run, ", ".join(k.value if k else "none" for k in kinds)
+
+
+async def run_control(node: str, control: Control) -> tuple[list[str], Run | None]:
+    """Serve the misbehaving proxy's script directly; the client must fail on it."""
+    upstream = ScriptedUpstream([control.script])
+    run: Run | None = None
+    failures: list[str] = []
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(upstream.serve)
+        try:
+            run = await run_client(node, control.scenario, url, control.timeout_ms)
+        except trio.TooSlowError:
+            failures.append(f"the client did not exit within {PROCESS_TIMEOUT} s")
+        nursery.cancel_scope.cancel()
+    if run is not None and (run.code != 1 or run.verdict is None or run.verdict["ok"] is not False):
+        failures.append(f"the client accepted a misbehaving proxy (exit {run.code})")
+    return failures, run
+
+
+def print_failure_details(failures: Sequence[str], run: Run | None) -> None:
+    for failure in failures:
+        print(f"      - {failure}")
+    if run is None:
+        return
+    if run.verdict is None:
+        print(f"      stdout: {run.stdout.strip()[-2000:]}")
+    if run.stderr.strip():
+        print(f"      stderr: {run.stderr.strip()[-2000:]}")
+
+
+async def main(verbose: bool = False) -> int:
+    node = shutil.which("node")
+    if node is None:
+        print("node is not on PATH")
+        print("0 passed, 1 failed")
+        return 1
+    if not (HERE / "node_modules" / "ai").is_dir():
+        print(f"npm packages missing: run `npm ci` in {HERE} (or `make test-clients`)")
+        print("0 passed, 1 failed")
+        return 1
+    passed = failed = 0
+    print(f"Vercel AI SDK through proxai (timeouts {TIMEOUTS})")
+    for scenario in SCENARIOS:
+        failures, run, kinds = await run_scenario(node, scenario)
+        verdict = run.verdict if run else None
+        seconds = f"{run.seconds:.1f} s" if run else "-"
+        status = "FAIL" if failures else "PASS"
+        print(f"  {status} {scenario.name:<32} {seconds:>6}  proxai={kinds}")
+        print(f"       sdk: {describe_sdk(verdict)}")
+        if verbose and run is not None:
+            print(f"       client: {run.stdout.strip()}")
+        if failures:
+            failed += 1
+            print_failure_details(failures, run)
+        else:
+            passed += 1
+    print("Negative controls (a misbehaving proxy must make the client fail)")
+    for control in CONTROLS:
+        failures, run = await run_control(node, control)
+        status = "FAIL" if failures else "PASS"
+        why = "; ".join(run.verdict["failures"]) if run and run.verdict else "-"
+        label = f"{control.scenario} vs {control.title}"
+        print(f"  {status} {label}")
+        print(f"       client rejected it: {why}")
+        if failures:
+            failed += 1
+            print_failure_details(failures, run)
+        else:
+            passed += 1
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(trio.run(main, "-v" in sys.argv[1:]))

@@ -1,0 +1,314 @@
+// One client-conformance scenario run with the real Vercel AI SDK against proxai.
+//
+//   node vercel_client.mjs <scenario> <base_url>     (or $SCENARIO and $OPENAI_BASE_URL)
+//
+// Streams one Responses call with `streamText` from `ai` and the model
+// `createOpenAI({ baseURL }).responses('gpt-5.4')`, records what the SDK surfaced
+// (stream parts, error parts, thrown errors, finish reason, tool calls), checks the
+// scenario's expectation and prints ONE line of JSON:
+//
+//   {"scenario", "ok", "failures": [...], "observed": {...}}
+//
+// Exit status: 0 when the expectation holds, 1 when it does not (or on a hard
+// timeout: $VERCEL_CLIENT_TIMEOUT_MS, default 20000), 2 on bad usage.
+// run_clients.py plays the upstream for each scenario; see README.md.
+
+import { createOpenAI } from '@ai-sdk/openai';
+import { APICallError, jsonSchema, streamText, tool } from 'ai';
+
+const HARD_TIMEOUT_MS = Number(process.env.VERCEL_CLIENT_TIMEOUT_MS ?? 20_000);
+const QUESTION = '北京今天适合跑步吗？如果空气质量不好，请查一下官方建议。';
+const WEATHER_INPUT = { city: '北京', date: 'today' };
+const STALLED_CALL = 'while streaming arguments of function_call get_weather (call_weather_01)';
+const OUTPUT_PART = /^(text|reasoning|tool-input)-|^(tool-call|tool-result|source|file)$/;
+
+/**
+ * @typedef {object} ErrorView  What an error surfaced by the SDK looked like.
+ * @property {string} [class]  constructor name
+ * @property {string} [name]
+ * @property {boolean} isAPICallError  `APICallError.isInstance(error)`
+ * @property {string} [message]
+ * @property {number} [statusCode]
+ * @property {boolean} [isRetryable]
+ * @property {string} [type]
+ * @property {string} [code]
+ * @property {unknown} [data]
+ * @property {string} [reason]  RetryError only
+ * @property {ErrorView[]} [errors]  RetryError only
+ */
+
+/**
+ * @typedef {object} Observed  Everything the SDK surfaced during one run.
+ * @property {string[]} parts  `fullStream` part types, in order
+ * @property {ErrorView[]} errorParts  the `error` parts' errors
+ * @property {ErrorView[]} onError  errors passed to `streamText`'s `onError`
+ * @property {ErrorView | null} thrown  what iterating `fullStream` threw
+ * @property {string | null} finishReason  `await result.finishReason`
+ * @property {ErrorView | null} finishReasonError  what `await result.finishReason` threw
+ * @property {{toolName: string, input: unknown}[]} toolCalls  `tool-call` parts
+ * @property {string[]} toolInputDeltas  `tool-input-delta` parts' deltas
+ * @property {number} ms  time from the call to the end of the stream
+ */
+
+/**
+ * @typedef {object} Scenario
+ * @property {number} maxRetries
+ * @property {(seen: Observed, errors: {raw: unknown, view: ErrorView}[]) => string[]} check
+ *   the failed expectations (empty when the scenario passes)
+ */
+
+/** @type {Observed} */
+const observed = {
+  parts: [],
+  errorParts: [],
+  onError: [],
+  thrown: null,
+  finishReason: null,
+  finishReasonError: null,
+  toolCalls: [],
+  toolInputDeltas: [],
+  ms: 0,
+};
+
+/**
+ * @param {unknown} error
+ * @returns {ErrorView}
+ */
+function describe(error) {
+  if (error === null || typeof error !== 'object') {
+    return { isAPICallError: false, message: String(error) };
+  }
+  const e = /** @type {Record<string, any>} */ (error);
+  /** @type {ErrorView} */
+  const view = {
+    class: e.constructor?.name,
+    name: e.name,
+    isAPICallError: APICallError.isInstance(error),
+    message: e.message,
+    statusCode: e.statusCode,
+    isRetryable: e.isRetryable,
+    type: e.type,
+    code: e.code,
+    data: e.data,
+  };
+  if (Array.isArray(e.errors)) {
+    view.reason = e.reason;
+    view.errors = e.errors.map(describe);
+  }
+  return view;
+}
+
+/**
+ * Every error the SDK surfaced, raw and described: error parts first, then a throw.
+ * @param {unknown[]} raw
+ */
+function surfaced(raw) {
+  return raw.map((error) => ({ raw: error, view: describe(error) }));
+}
+
+/**
+ * Expectations for a healthy stream: no error anywhere, the get_weather call complete.
+ * @param {Observed} seen
+ * @param {{raw: unknown, view: ErrorView}[]} errors
+ */
+function expectToolCall(seen, errors) {
+  const failures = [];
+  if (errors.length) failures.push(`expected no error, got ${JSON.stringify(errors[0].view)}`);
+  const calls = JSON.stringify(seen.toolCalls);
+  const want = JSON.stringify([{ toolName: 'get_weather', input: WEATHER_INPUT }]);
+  if (calls !== want) failures.push(`expected tool calls ${want}, got ${calls}`);
+  if (seen.finishReason !== 'tool-calls') {
+    failures.push(`expected finishReason 'tool-calls', got ${seen.finishReason}`);
+  }
+  return failures;
+}
+
+/**
+ * Expectations for an error before any output: one retryable APICallError, no output.
+ * @param {(view: ErrorView) => string[]} more  scenario-specific checks on the error
+ * @returns {Scenario['check']}
+ */
+function expectRetryableAPICallError(more) {
+  return (seen, errors) => {
+    const failures = [];
+    const output = seen.parts.filter((type) => OUTPUT_PART.test(type));
+    if (output.length) failures.push(`expected no output parts, got ${output.join(',')}`);
+    if (errors.length !== 1) {
+      failures.push(`expected exactly one error, got ${errors.length}`);
+    }
+    if (!errors.length) return failures;
+    const { raw, view } = errors[0];
+    if (!APICallError.isInstance(raw)) failures.push(`expected an APICallError, got ${view.class}`);
+    if (view.isRetryable !== true) {
+      failures.push(`expected isRetryable true, got ${view.isRetryable}`);
+    }
+    if (!(typeof view.statusCode === 'number' && view.statusCode >= 500)) {
+      failures.push(`expected statusCode >= 500, got ${view.statusCode}`);
+    }
+    return [...failures, ...more(view)];
+  };
+}
+
+/** @type {Record<string, Scenario>} */
+const SCENARIOS = {
+  // The seed's turn 1 relayed to its end.
+  healthy: { maxRetries: 0, check: expectToolCall },
+
+  // Turn 1 stalled after the first arguments delta: output has started, so proxai
+  // appends `error` + `response.failed`; the SDK must end the stream with an error.
+  'stall-mid-arguments': {
+    maxRetries: 0,
+    check(seen, errors) {
+      const failures = [];
+      const firstError = seen.parts.indexOf('error');
+      const started = seen.parts.indexOf('tool-input-delta');
+      if (started < 0 || (firstError >= 0 && started > firstError)) {
+        failures.push('expected tool-input-delta parts before the error (output had started)');
+      }
+      if (seen.toolInputDeltas.join('') !== '{"city":"北京"') {
+        const deltas = JSON.stringify(seen.toolInputDeltas);
+        failures.push(`expected only the first arguments delta, got ${deltas}`);
+      }
+      if (seen.errorParts.length !== 1) {
+        failures.push(`expected exactly one error part, got ${seen.errorParts.length}`);
+      } else if (!String(seen.errorParts[0].message).includes(STALLED_CALL)) {
+        const message = seen.errorParts[0].message;
+        failures.push(`expected an error naming the stalled call, got ${message}`);
+      }
+      if (seen.thrown) failures.push(`expected no throw, got ${JSON.stringify(seen.thrown)}`);
+      if (seen.toolCalls.length) failures.push('truncated arguments became a tool-call part');
+      if (seen.finishReason !== 'error') {
+        failures.push(`expected finishReason 'error', got ${seen.finishReason}`);
+      }
+      if (!errors.length) failures.push('no error surfaced');
+      return failures;
+    },
+  },
+
+  // response.created + response.in_progress, then a stall: proxai's error comes before
+  // any output, which the SDK turns into a (retryable) failed call.
+  'error-before-output': {
+    maxRetries: 0,
+    check: expectRetryableAPICallError((view) =>
+      String(view.message).startsWith('upstream sent nothing for')
+        ? []
+        : [`expected proxai's idle message, got ${view.message}`],
+    ),
+  },
+
+  // The same failed first attempt, but the SDK may retry once: the retry succeeds.
+  'retry-after-error-before-output': { maxRetries: 1, check: expectToolCall },
+
+  // Headers, then nothing: proxai answers 504 upstream_timeout.
+  'stall-before-event': {
+    maxRetries: 0,
+    check: expectRetryableAPICallError(expect504),
+  },
+
+  // No headers at all: proxai answers 504 upstream_timeout at first_byte.
+  'stall-before-headers': {
+    maxRetries: 0,
+    check: expectRetryableAPICallError(expect504),
+  },
+};
+
+/**
+ * @param {ErrorView} view
+ * @returns {string[]}
+ */
+function expect504(view) {
+  const failures = [];
+  if (view.statusCode !== 504) failures.push(`expected statusCode 504, got ${view.statusCode}`);
+  const code = /** @type {any} */ (view.data)?.error?.code;
+  if (code !== 'upstream_timeout') failures.push(`expected code upstream_timeout, got ${code}`);
+  return failures;
+}
+
+/**
+ * @param {string} scenario
+ * @param {boolean} ok
+ * @param {string[]} failures
+ */
+function report(scenario, ok, failures) {
+  process.stdout.write(`${JSON.stringify({ scenario, ok, failures, observed })}\n`);
+}
+
+/**
+ * @param {string} baseURL
+ * @param {Scenario} scenario
+ */
+async function run(baseURL, scenario) {
+  const openai = createOpenAI({ baseURL, apiKey: 'sk-test' });
+  const started = performance.now();
+  const result = streamText({
+    model: openai.responses('gpt-5.4'),
+    prompt: QUESTION,
+    tools: {
+      get_weather: tool({
+        description: '查询指定城市的天气和空气质量摘要。',
+        inputSchema: jsonSchema({
+          type: 'object',
+          properties: { city: { type: 'string' }, date: { type: 'string' } },
+          required: ['city', 'date'],
+          additionalProperties: false,
+        }),
+      }),
+    },
+    maxRetries: scenario.maxRetries,
+    onError: ({ error }) => {
+      observed.onError.push(describe(error));
+    },
+  });
+  /** @type {unknown[]} */
+  const raw = [];
+  try {
+    for await (const part of result.fullStream) {
+      observed.parts.push(part.type);
+      if (part.type === 'error') {
+        raw.push(part.error);
+        observed.errorParts.push(describe(part.error));
+      } else if (part.type === 'tool-call') {
+        observed.toolCalls.push({ toolName: part.toolName, input: part.input });
+      } else if (part.type === 'tool-input-delta') {
+        observed.toolInputDeltas.push(part.delta);
+      }
+    }
+  } catch (error) {
+    raw.push(error);
+    observed.thrown = describe(error);
+  }
+  observed.ms = Math.round(performance.now() - started);
+  try {
+    observed.finishReason = await result.finishReason;
+  } catch (error) {
+    observed.finishReasonError = describe(error);
+  }
+  return scenario.check(observed, surfaced(raw));
+}
+
+async function main() {
+  const name = process.argv[2] ?? process.env.SCENARIO;
+  const baseURL = process.argv[3] ?? process.env.OPENAI_BASE_URL;
+  const scenario = name === undefined ? undefined : SCENARIOS[name];
+  if (scenario === undefined || baseURL === undefined) {
+    process.stderr.write(
+      `usage: node vercel_client.mjs <${Object.keys(SCENARIOS).join('|')}> <base_url>\n`,
+    );
+    process.exit(2);
+  }
+  const timer = setTimeout(() => {
+    report(name, false, [`hard timeout: the SDK was still waiting after ${HARD_TIMEOUT_MS} ms`]);
+    process.exit(1);
+  }, HARD_TIMEOUT_MS);
+  let failures;
+  try {
+    failures = await run(baseURL, scenario);
+  } catch (error) {
+    failures = [`unexpected exception: ${JSON.stringify(describe(error))}`];
+  }
+  clearTimeout(timer);
+  report(name, failures.length === 0, failures);
+  process.exit(failures.length === 0 ? 0 : 1);
+}
+
+await main();
