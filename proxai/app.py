@@ -13,9 +13,14 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from .config import Config
-from .errors import ProxyError
+from .anthropic.observer import MessagesObserver
+from .anthropic.request import project_messages_request
+from .chat.observer import ChatObserver
+from .chat.request import project_chat_request
+from .config import Config, Protocol
+from .errors import ErrorShape, ProxyError
 from .json_body import load_json_object
+from .normalize import normalize_body
 from .observer import PassThroughObserver, StreamObserver
 from .outcome import Outcome, OutcomeKind
 from .relay import ASGIReceive, ASGISend, ProxiedRequest, Relay, send_error
@@ -27,10 +32,12 @@ __all__ = ["ProxaiApp"]
 
 log = logging.getLogger("proxai")
 
-# Routes whose body must be a JSON object before it is forwarded.
-JSON_ROUTES = frozenset({"/v1/responses", "/v1/chat/completions"})
+# Generation routes: their bodies are checked, projected and may be normalized.
+JSON_ROUTES = frozenset({"/v1/responses", "/v1/chat/completions", "/v1/messages"})
 
 OutcomeHook = Callable[[Outcome], None]
+#: Builds the client of one upstream: ``factory(upstream, timeouts, name=name)``.
+UpstreamFactory = Callable[..., UpstreamClient]
 
 
 class ProxaiApp:
@@ -41,22 +48,25 @@ class ProxaiApp:
         config: Config,
         *,
         on_outcome: OutcomeHook | None = None,
-        upstream_factory: Callable[[Config], UpstreamClient] = UpstreamClient,
+        upstream_factory: UpstreamFactory = UpstreamClient,
     ) -> None:
         self.config = config
-        self._upstream: UpstreamClient | None = None
+        self._clients: dict[str, UpstreamClient] = {}
         self._upstream_factory = upstream_factory
         self._on_outcome = on_outcome
 
     async def startup(self) -> None:
-        """Open the upstream connection pool (lifespan startup)."""
-        self._upstream = self._upstream_factory(self.config)
+        """Open a connection pool per upstream (lifespan startup)."""
+        self._clients = {
+            name: self._upstream_factory(upstream, self.config.timeouts, name=name)
+            for name, upstream in self.config.all_upstreams()
+        }
 
     async def shutdown(self) -> None:
-        """Close the upstream connection pool (lifespan shutdown)."""
-        if self._upstream is not None:
-            await self._upstream.aclose()
-            self._upstream = None
+        """Close the upstream connection pools (lifespan shutdown)."""
+        clients, self._clients = self._clients, {}
+        for client in clients.values():
+            await client.aclose()
 
     async def __call__(self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
         if scope["type"] == "http":
@@ -93,35 +103,19 @@ class ProxaiApp:
             )
             await send({"type": "http.response.body", "body": body if method == "GET" else b""})
             return
-        if not (path == "/v1" or path.startswith("/v1/")):
-            await send_error(
-                send,
-                ProxyError(
-                    404,
-                    f"no route for {method} {path}: proxai serves /v1/... and /healthz",
-                    "invalid_request_error",
-                    code="not_found",
-                ),
-            )
-            return
-        if self._upstream is None:
-            await send_error(send, ProxyError(503, "proxai is not started", "server_error"))
-            return
+        headers: list[tuple[bytes, bytes]] = list(scope["headers"])
+        protocol = self._protocol_for(path, headers)
+        shape = (
+            ErrorShape.ANTHROPIC if protocol is Protocol.ANTHROPIC_MESSAGES else ErrorShape.OPENAI
+        )
         outcome = Outcome(method, path)
-        observer_factory: Callable[[], StreamObserver] = PassThroughObserver
-        streaming = True
         try:
+            client = self._client_for(method, path, protocol)
+            outcome.upstream = client.name
             body = await self._read_body(scope, receive)
-            if method == "POST" and path == "/v1/responses":
-                projection = project_request(body)
-                outcome.model = projection.model
-                outcome.tools = projection.tool_names()
-                observer_factory = partial(ResponsesObserver, self.config.timeouts, projection)
-                streaming = projection.stream is True
-            elif method == "POST" and path in JSON_ROUTES:
-                streaming = load_json_object(body).get("stream") is True
+            body, observer_factory, streaming = self._prepare(method, path, body, client, outcome)
         except ProxyError as exc:
-            await send_error(send, exc)
+            await send_error(send, exc, shape)
             outcome.kind = OutcomeKind.PROXY_ERROR
             outcome.status = exc.status
             outcome.detail = exc.message
@@ -131,20 +125,86 @@ class ProxaiApp:
             method,
             path,
             scope.get("query_string", b""),
-            list(scope["headers"]),
+            headers,
             body,
             first_byte_applies=streaming,
         )
         relay = Relay(
-            self._upstream,
+            client,
             self.config.timeouts,
             request,
             send,
             receive,
             observer_factory=observer_factory,
             outcome=outcome,
+            error_shape=shape,
         )
         self._report(await relay.run())
+
+    def _protocol_for(self, path: str, headers: list[tuple[bytes, bytes]]) -> Protocol:
+        """Anthropic for /v1/messages, and for any /v1 request an Anthropic SDK makes
+        (it sends ``anthropic-version``) when an Anthropic upstream exists."""
+        if path == "/v1/messages" or path.startswith("/v1/messages/"):
+            return Protocol.ANTHROPIC_MESSAGES
+        anthropic_client = any(name == b"anthropic-version" for name, _ in headers)
+        if anthropic_client and self.config.upstream_for(Protocol.ANTHROPIC_MESSAGES):
+            return Protocol.ANTHROPIC_MESSAGES
+        return Protocol.OPENAI
+
+    def _client_for(self, method: str, path: str, protocol: Protocol) -> UpstreamClient:
+        if not (path == "/v1" or path.startswith("/v1/")):
+            raise ProxyError(
+                404,
+                f"no route for {method} {path}: proxai serves /v1/... and /healthz",
+                "invalid_request_error",
+                code="not_found",
+            )
+        if not self._clients:
+            raise ProxyError(503, "proxai is not started", "server_error")
+        found = self.config.upstream_for(protocol)
+        if found is None:
+            if protocol is Protocol.ANTHROPIC_MESSAGES:
+                message = (
+                    f"no Anthropic upstream is configured for {path}: add an [upstreams.NAME] "
+                    'table with protocol = "anthropic_messages"'
+                )
+            else:
+                message = f"no OpenAI-compatible upstream is configured for {path}"
+            raise ProxyError(404, message, "invalid_request_error", code="no_upstream")
+        return self._clients[found[0]]
+
+    def _prepare(
+        self, method: str, path: str, body: bytes, client: UpstreamClient, outcome: Outcome
+    ) -> tuple[bytes, Callable[[], StreamObserver], bool]:
+        """Check and project the body of a generation request; pick its observer.
+
+        Returns the body to send (normalized, or the original bytes), the observer
+        factory for an event-stream answer, and whether the client asked to stream.
+        """
+        if method != "POST" or path not in JSON_ROUTES:
+            return body, PassThroughObserver, True
+        data = load_json_object(body)
+        timeouts = self.config.timeouts
+        factory: Callable[[], StreamObserver]
+        if path == "/v1/responses":
+            projection = project_request(data)
+            outcome.model, outcome.tools = projection.model, projection.tool_names()
+            factory = partial(ResponsesObserver, timeouts, projection)
+            streaming = projection.stream is True
+        elif path == "/v1/chat/completions":
+            chat = project_chat_request(data)
+            outcome.model, outcome.tools = chat.model, chat.tool_names()
+            factory = partial(ChatObserver, timeouts, chat)
+            streaming = chat.stream is True
+        else:
+            messages = project_messages_request(data)
+            outcome.model, outcome.tools = messages.model, messages.tool_names()
+            factory = partial(MessagesObserver, timeouts)
+            streaming = messages.stream is True
+        body = normalize_body(
+            body, data, client.config.normalize, responses=path == "/v1/responses"
+        )
+        return body, factory, streaming
 
     def _report(self, outcome: Outcome) -> None:
         if self._on_outcome is not None:

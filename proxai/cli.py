@@ -68,8 +68,11 @@ def _serve(args: argparse.Namespace) -> int:
     async def run() -> None:
         async with trio.open_nursery() as nursery:
             binds = await nursery.start(partial(serve, config, shutdown_trigger=wait_for_signal))
+            upstreams = ", ".join(
+                f"{name}={u.url} ({u.protocol.value})" for name, u in config.all_upstreams()
+            )
             logging.getLogger("proxai").info(
-                "proxai listening on %s, upstream %s", ", ".join(binds), config.upstream_base_url
+                "proxai listening on %s, upstreams: %s", ", ".join(binds), upstreams
             )
 
     trio.run(run)

@@ -8,6 +8,7 @@ an int) and timeouts must be positive. Errors are collected and reported as one
 
 from __future__ import annotations
 
+import enum
 import os
 import tomllib
 from collections.abc import Mapping
@@ -21,6 +22,8 @@ from .converters import InvalidValue, error_paths, strict_converter
 __all__ = [
     "Config",
     "ConfigError",
+    "NormalizeConfig",
+    "Protocol",
     "ServerConfig",
     "TimeoutsConfig",
     "UpstreamConfig",
@@ -28,6 +31,7 @@ __all__ = [
 ]
 
 DEFAULT_UPSTREAM = "https://api.openai.com/v1"
+DEFAULT_NAME = "default"  # the name of the [upstream] table among all upstreams
 
 
 class ConfigError(Exception):
@@ -63,13 +67,38 @@ class ServerConfig:
     max_request_body_bytes: int = attrs.field(default=50 * 1024 * 1024, validator=_positive_int)
 
 
+class Protocol(enum.StrEnum):
+    """The API an upstream speaks."""
+
+    OPENAI = "openai"  # Responses, Chat Completions and the rest of /v1
+    ANTHROPIC_MESSAGES = "anthropic_messages"  # /v1/messages
+
+
+@attrs.frozen
+class NormalizeConfig:
+    """Opt-in rewrites of requests to this upstream (see docs/configuration.md)."""
+
+    #: Move ``role: "system"`` input items of a Responses request into ``instructions``.
+    system_to_instructions: bool = False
+    #: With ``system_to_instructions``, move ``role: "developer"`` items too.
+    developer_to_instructions: bool = False
+
+
 @attrs.frozen
 class UpstreamConfig:
-    """The OpenAI-compatible server requests are forwarded to."""
+    """A server requests are forwarded to."""
 
     base_url: str | None = attrs.field(default=None, validator=_http_url)
     api_key: str | None = attrs.field(default=None, repr=False)
     api_key_env: str | None = None
+    protocol: Protocol = Protocol.OPENAI
+    normalize: NormalizeConfig = NormalizeConfig()
+
+    @property
+    def url(self) -> str:
+        """The base URL without a trailing slash (validated to be set)."""
+        assert self.base_url is not None
+        return self.base_url.rstrip("/")
 
     def resolved_api_key(self, environ: Mapping[str, str] = os.environ) -> str | None:
         """The key to send upstream: ``api_key`` if set, else ``$api_key_env``."""
@@ -96,17 +125,33 @@ class Config:
     """The whole configuration, as loaded from TOML and command-line overrides."""
 
     server: ServerConfig = ServerConfig()
-    upstream: UpstreamConfig = UpstreamConfig()
+    upstream: UpstreamConfig = UpstreamConfig()  # the default upstream
+    upstreams: dict[str, UpstreamConfig] = attrs.field(factory=dict)  # named ones
     timeouts: TimeoutsConfig = TimeoutsConfig()
 
-    @property
-    def upstream_base_url(self) -> str:
-        """The upstream base URL without a trailing slash (validated to be set)."""
-        assert self.upstream.base_url is not None
-        return self.upstream.base_url.rstrip("/")
+    def all_upstreams(self) -> list[tuple[str, UpstreamConfig]]:
+        """Every configured upstream by name: ``default`` (``[upstream]``) first."""
+        named = list(self.upstreams.items())
+        if self.upstream.base_url is not None:
+            return [(DEFAULT_NAME, self.upstream), *named]
+        return named
+
+    def upstream_for(self, protocol: Protocol) -> tuple[str, UpstreamConfig] | None:
+        """The first upstream that speaks ``protocol`` (until routes choose one)."""
+        return next(((n, u) for n, u in self.all_upstreams() if u.protocol is protocol), None)
 
 
 _converter = strict_converter(forbid_extra_keys=True)
+
+
+def _structure_protocol(value: Any, _: Any) -> Protocol:
+    if isinstance(value, str) and value in Protocol._value2member_map_:
+        return Protocol(value)
+    choices = ", ".join(repr(p.value) for p in Protocol)
+    raise ValueError(f"must be one of {choices}, got {value!r}")
+
+
+_converter.register_structure_hook(Protocol, _structure_protocol)
 _TABLES = frozenset(a.name for a in attrs.fields(Config))
 
 
@@ -151,11 +196,25 @@ def load_config(
         if merged:
             data[table] = merged
     config = _structure(data)
-    if config.upstream.base_url is None:
-        raise ConfigError(
+    _check_upstreams(config)
+    return config
+
+
+def _check_upstreams(config: Config) -> None:
+    problems: list[str] = []
+    if DEFAULT_NAME in config.upstreams:
+        problems.append(f"upstreams.{DEFAULT_NAME}: the name is taken by [upstream]")
+    tables = [("upstream", config.upstream)]
+    tables += [(f"upstreams.{name}", u) for name, u in config.upstreams.items()]
+    for table, upstream in tables:
+        if upstream.base_url is None and table != "upstream":
+            problems.append(f"{table}.base_url: required key is missing")
+        if upstream.api_key is not None and upstream.api_key_env is not None:
+            problems.append(f"{table}.api_key and {table}.api_key_env: set one, not both")
+    if not config.all_upstreams():
+        problems.append(
             "upstream.base_url: no upstream configured; set [upstream] base_url in the "
             f"config file or pass --upstream (for OpenAI: {DEFAULT_UPSTREAM})"
         )
-    if config.upstream.api_key is not None and config.upstream.api_key_env is not None:
-        raise ConfigError("upstream.api_key and upstream.api_key_env: set one, not both")
-    return config
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))

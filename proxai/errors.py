@@ -1,18 +1,49 @@
-"""Errors proxai answers itself, in OpenAI's JSON error format.
+"""Errors proxai answers itself, in the error format of the route's API.
 
 Every response proxai makes on its own (bad request, upstream unreachable,
-upstream too slow to answer) has the body
-``{"error": {"message", "type", "param", "code"}}`` that the official SDKs map
-to their exception classes, so a client sees a proxai failure the way it would
-see the same failure from the API itself.
+upstream too slow to answer) has the body the client's SDK maps to its
+exception classes, so a client sees a proxai failure the way it would see the
+same failure from the API itself: OpenAI's
+``{"error": {"message", "type", "param", "code"}}``, or on Anthropic's routes
+``{"type": "error", "error": {"type", "message"}}``.
 """
 
 from __future__ import annotations
 
+import enum
+
 import attrs
 import orjson
 
-__all__ = ["ProxyError", "error_body"]
+__all__ = ["ErrorShape", "ProxyError", "anthropic_error_type", "error_body"]
+
+
+class ErrorShape(enum.Enum):
+    """Which API's error JSON a route answers with."""
+
+    OPENAI = "openai"
+    ANTHROPIC = "anthropic"
+
+
+#: Anthropic's error type for each status (its errors documentation).
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+def anthropic_error_type(status: int) -> str:
+    """The Anthropic error ``type`` for an HTTP status proxai answers with."""
+    if status in _ANTHROPIC_TYPES:
+        return _ANTHROPIC_TYPES[status]
+    return "api_error" if status >= 500 else "invalid_request_error"
 
 
 def error_body(
@@ -36,7 +67,10 @@ class ProxyError(Exception):
     def __str__(self) -> str:
         return f"{self.status} {self.type}: {self.message}"
 
-    def body(self) -> bytes:
+    def body(self, shape: ErrorShape = ErrorShape.OPENAI) -> bytes:
+        if shape is ErrorShape.ANTHROPIC:
+            error = {"type": anthropic_error_type(self.status), "message": self.message}
+            return orjson.dumps({"type": "error", "error": error})
         return error_body(self.message, self.type, param=self.param, code=self.code)
 
     @classmethod

@@ -2,7 +2,8 @@
 
 Hop-by-hop headers (RFC 9110 section 7.6.1, plus those named by ``Connection``)
 belong to one connection and never cross. Upstream credentials are proxai's:
-the client's ``Authorization`` is replaced by the configured key. The upstream
+the client's ``Authorization`` and ``x-api-key`` are replaced by the configured
+key, in the header the upstream's protocol expects. The upstream
 is asked for an identity encoding, because proxai frames SSE on the bytes as
 they arrive and must not see them compressed.
 """
@@ -34,6 +35,7 @@ _NOT_FORWARDED_UP = HOP_BY_HOP | {
     b"host",
     b"content-length",
     b"authorization",
+    b"x-api-key",
     b"accept-encoding",
     b"expect",
 }
@@ -51,15 +53,16 @@ def _connection_tokens(headers: Iterable[tuple[bytes, bytes]]) -> set[bytes]:
 
 
 def request_headers_for_upstream(
-    client_headers: Iterable[tuple[bytes, bytes]], api_key: str | None
+    client_headers: Iterable[tuple[bytes, bytes]], auth: tuple[bytes, bytes] | None
 ) -> Headers:
-    """The client's headers minus hop-by-hop and credentials, plus proxai's own."""
+    """The client's headers minus hop-by-hop and credentials, plus proxai's own
+    (``auth`` is the upstream's credential header, if it has a key)."""
     client_headers = list(client_headers)
     drop = _NOT_FORWARDED_UP | _connection_tokens(client_headers)
     out = [(n, v) for n, v in client_headers if n.lower() not in drop]
     out.append((b"accept-encoding", b"identity"))
-    if api_key:
-        out.append((b"authorization", b"Bearer " + api_key.encode("latin-1")))
+    if auth is not None:
+        out.append(auth)
     return out
 
 

@@ -1,14 +1,19 @@
-"""Request bodies that must be JSON objects: parsed once, refused with OpenAI's 400."""
+"""Request bodies: parsed once as JSON objects and projected, or refused with a 400."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
+import cattrs
 import orjson
+from cattrs.errors import ClassValidationError
 
+from .converters import error_paths
 from .errors import ProxyError
 
-__all__ = ["load_json_object"]
+__all__ = ["load_json_object", "project_body"]
+
+T = TypeVar("T")
 
 
 def load_json_object(body: bytes) -> dict[str, Any]:
@@ -24,3 +29,15 @@ def load_json_object(body: bytes) -> dict[str, Any]:
             f"request body must be a JSON object, got {type(value).__name__}", code="invalid_json"
         )
     return value
+
+
+def project_body(converter: cattrs.Converter, data: dict[str, Any], cls: type[T]) -> T:
+    """Structure a parsed body as ``cls``, or raise 400 with the offending path as ``param``."""
+    try:
+        projection: T = converter.structure(data, cls)
+    except (ClassValidationError, TypeError, ValueError) as exc:
+        path, reason = error_paths(exc)[0]
+        raise ProxyError.invalid_request(
+            f"invalid request: {path}: {reason}", param=path or None, code="invalid_value"
+        ) from None
+    return projection

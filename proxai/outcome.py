@@ -49,6 +49,7 @@ class Outcome:
     method: str
     path: str
     kind: OutcomeKind | None = None
+    upstream: str | None = None  # the configured upstream's name ("default" for [upstream])
     status: int | None = None
     detail: str | None = None
     streaming: bool = False

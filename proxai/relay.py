@@ -39,7 +39,7 @@ import attrs
 import trio
 
 from .config import TimeoutsConfig
-from .errors import ProxyError
+from .errors import ErrorShape, ProxyError
 from .headers import Headers, response_headers_for_client
 from .observer import PassThroughObserver, StreamObserver, Verdict
 from .outcome import Outcome, OutcomeKind
@@ -137,9 +137,11 @@ class UpstreamClock:
             self._paused_since = None
 
 
-async def send_error(send: ASGISend, error: ProxyError) -> None:
-    """Answer with ``error`` as an HTTP response in OpenAI's error format."""
-    body = error.body()
+async def send_error(
+    send: ASGISend, error: ProxyError, shape: ErrorShape = ErrorShape.OPENAI
+) -> None:
+    """Answer with ``error`` as an HTTP response in the route's error format."""
+    body = error.body(shape)
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
@@ -188,7 +190,9 @@ class Relay:
         *,
         observer_factory: ObserverFactory = PassThroughObserver,
         outcome: Outcome | None = None,
+        error_shape: ErrorShape = ErrorShape.OPENAI,
     ) -> None:
+        self._error_shape = error_shape
         self._upstream = upstream
         self._timeouts = timeouts
         self._request = request
@@ -433,7 +437,7 @@ class Relay:
             if isinstance(message, ProxyError):
                 self.outcome.status = message.status
                 self._delivered = True
-                await send_error(self._send, message)
+                await send_error(self._send, message, self._error_shape)
         request_scope.cancel()
 
     async def _send_head(self, head: _Head) -> None:

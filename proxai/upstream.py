@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 import attrs
 import httpx
 
-from .config import Config
+from .config import Protocol, TimeoutsConfig, UpstreamConfig
 from .errors import ProxyError
 from .headers import Headers, request_headers_for_upstream
 
@@ -43,16 +43,33 @@ class UpstreamResponse:
             raise UpstreamBroken(str(exc) or type(exc).__name__) from exc
 
 
+def _auth_header(upstream: UpstreamConfig) -> tuple[bytes, bytes] | None:
+    """How this upstream wants proxai's key: a bearer token, or Anthropic's ``x-api-key``."""
+    key = upstream.resolved_api_key()
+    if not key:
+        return None
+    if upstream.protocol is Protocol.ANTHROPIC_MESSAGES:
+        return (b"x-api-key", key.encode("latin-1"))
+    return (b"authorization", b"Bearer " + key.encode("latin-1"))
+
+
 class UpstreamClient:
     """A pooled HTTP client for one upstream base URL, with proxai's credentials."""
 
     def __init__(
-        self, config: Config, *, transport: httpx.AsyncBaseTransport | None = None
+        self,
+        upstream: UpstreamConfig,
+        timeouts: TimeoutsConfig,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        name: str = "default",
     ) -> None:
-        self._base_url = config.upstream_base_url
-        self._api_key = config.upstream.resolved_api_key()
+        self.config = upstream
+        self.name = name
+        self._base_url = upstream.url
+        self._auth = _auth_header(upstream)
         self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(None, connect=config.timeouts.connect),
+            timeout=httpx.Timeout(None, connect=timeouts.connect),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
             follow_redirects=False,
             trust_env=False,
@@ -83,7 +100,7 @@ class UpstreamClient:
 
         Raises :class:`ProxyError` (502) when no connection can be made.
         """
-        headers = request_headers_for_upstream(client_headers, self._api_key)
+        headers = request_headers_for_upstream(client_headers, self._auth)
         request = self._client.build_request(
             method, self.url_for(path, query), headers=headers, content=body
         )

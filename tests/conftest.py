@@ -35,8 +35,8 @@ def proxai_for() -> Callable[..., AbstractAsyncContextManager[RunningProxai]]:
     """``async with proxai_for(upstream, timeouts={...}) as px``: proxai in front of it."""
 
     @asynccontextmanager
-    async def run(upstream: ScriptedUpstream | str, **tables: Any) -> AsyncIterator[RunningProxai]:
-        url = upstream if isinstance(upstream, str) else upstream.base_url
+    async def run(target: ScriptedUpstream | str, /, **tables: Any) -> AsyncIterator[RunningProxai]:
+        url = target if isinstance(target, str) else target.base_url
         async with open_proxai(url, **tables) as running:
             yield running
 

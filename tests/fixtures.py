@@ -54,15 +54,23 @@ def responses_transcripts() -> list[Transcript]:
     return out
 
 
+def chat_transcripts() -> list[Transcript]:
+    """Every Chat Completions transcript in the fixtures folder."""
+    if not FIXTURES.is_dir():
+        return []
+    return [Transcript(p.name, p.read_bytes()) for p in sorted(FIXTURES.glob("chat_*.sse"))]
+
+
 TRANSCRIPTS = responses_transcripts()
+CHAT_TRANSCRIPTS = chat_transcripts()
 
 needs_fixtures = pytest.mark.skipif(
     not TRANSCRIPTS, reason=f"no recorded transcripts at {FIXTURES} (set PROXAI_FIXTURES)"
 )
 
 
-def transcript_params() -> list[object]:
-    """Parametrize over the transcripts; a single skipped case says why when there are none."""
-    if not TRANSCRIPTS:
+def transcript_params(transcripts: list[Transcript] = TRANSCRIPTS) -> list[object]:
+    """Parametrize over transcripts; a single skipped case says why when there are none."""
+    if not transcripts:
         return [pytest.param(None, marks=needs_fixtures, id="no-fixtures")]
-    return [pytest.param(t, id=t.name) for t in TRANSCRIPTS]
+    return [pytest.param(t, id=t.name) for t in transcripts]

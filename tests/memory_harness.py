@@ -63,20 +63,29 @@ class Exchange:
 class MemoryProxy:
     """A ProxaiApp whose upstream is a :class:`ScriptTransport`."""
 
-    def __init__(self, responder: Responder | Sequence[Script], **timeouts: float) -> None:
+    def __init__(
+        self,
+        responder: Responder | Sequence[Script],
+        *,
+        upstreams: dict[str, dict[str, Any]] | None = None,
+        **timeouts: float,
+    ) -> None:
+        """``upstreams`` adds ``[upstreams.NAME]`` tables; every upstream plays ``responder``."""
         self.transport = ScriptTransport(responder)
-        self.config: Config = load_config(
-            None,
-            overrides={
-                "upstream": {"base_url": "http://upstream.test/v1", "api_key": "sk-up"},
-                "timeouts": {**TIMEOUTS, **timeouts},
-            },
-        )
+        overrides: dict[str, dict[str, Any]] = {
+            "upstream": {"base_url": "http://upstream.test/v1", "api_key": "sk-up"},
+            "timeouts": {**TIMEOUTS, **timeouts},
+        }
+        if upstreams:
+            overrides["upstreams"] = upstreams
+        self.config: Config = load_config(None, overrides=overrides)
         self.outcomes: list[Outcome] = []
         self.app = ProxaiApp(
             self.config,
             on_outcome=self.outcomes.append,
-            upstream_factory=lambda config: UpstreamClient(config, transport=self.transport),
+            upstream_factory=lambda upstream, timeouts, name: UpstreamClient(
+                upstream, timeouts, transport=self.transport, name=name
+            ),
         )
 
     async def __aenter__(self) -> MemoryProxy:
@@ -97,6 +106,7 @@ class MemoryProxy:
         path: str = "/v1/responses",
         read_delay: float | Callable[[int], float] = 0.0,
         disconnect_after: float | None = None,
+        headers: Sequence[tuple[bytes, bytes]] = (),
     ) -> Exchange:
         """One request; ``read_delay`` makes the client take that long to accept each
         body message (a slow reader), or the n-th message when it is a function of n;
@@ -133,7 +143,7 @@ class MemoryProxy:
             "method": "POST",
             "path": path,
             "query_string": b"",
-            "headers": [(b"content-type", b"application/json")],
+            "headers": [(b"content-type", b"application/json"), *headers],
         }
         async with trio.open_nursery() as nursery:
             if disconnect_after is not None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from proxai.config import Config, ConfigError, load_config
+from proxai.config import Config, ConfigError, NormalizeConfig, Protocol, load_config
 
 FULL = """
 [server]
@@ -37,7 +37,7 @@ def test_full_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert config.server.host == "0.0.0.0"
     assert config.server.port == 9000
     assert config.server.max_request_body_bytes == 1024
-    assert config.upstream_base_url == "https://api.openai.com/v1"
+    assert config.upstream.url == "https://api.openai.com/v1"
     assert config.upstream.resolved_api_key() == "sk-from-env"
     assert (config.timeouts.connect, config.timeouts.first_byte, config.timeouts.total) == (
         1.0,
@@ -111,3 +111,55 @@ def test_key_and_key_env_are_exclusive(tmp_path: Path) -> None:
 def test_missing_file() -> None:
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_config("/nonexistent/proxai.toml")
+
+
+def test_named_upstreams_and_protocols(tmp_path: Path) -> None:
+    text = """
+[upstream]
+base_url = "https://api.openai.com/v1"
+api_key = "sk-openai"
+[upstreams.claude]
+protocol = "anthropic_messages"
+base_url = "https://api.anthropic.com/v1"
+api_key_env = "ANTHROPIC_API_KEY"
+[upstreams.local]
+base_url = "http://127.0.0.1:11434/v1"
+normalize = { system_to_instructions = true, developer_to_instructions = true }
+"""
+    config = load_config(write(tmp_path, text))
+    assert [name for name, _ in config.all_upstreams()] == ["default", "claude", "local"]
+    found = config.upstream_for(Protocol.ANTHROPIC_MESSAGES)
+    assert found is not None and found[0] == "claude"
+    assert config.upstream_for(Protocol.OPENAI) == ("default", config.upstream)
+    assert config.upstreams["local"].normalize == NormalizeConfig(True, True)
+    assert config.upstreams["local"].protocol is Protocol.OPENAI
+
+
+def test_only_named_upstreams_is_enough(tmp_path: Path) -> None:
+    text = '[upstreams.claude]\nprotocol = "anthropic_messages"\nbase_url = "http://a/v1"\n'
+    config = load_config(write(tmp_path, text))
+    assert config.upstream_for(Protocol.OPENAI) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        (
+            '[upstreams.x]\nprotocol = "grpc"\nbase_url = "http://a"\n',
+            r"upstreams\.x\.protocol: must be one of 'openai', 'anthropic_messages', got 'grpc'",
+        ),
+        ('[upstreams.x]\napi_key = "k"\n', r"upstreams\.x\.base_url: required key is missing"),
+        ('[upstreams.x]\nbase_url = "http://a"\nbogus = 1\n', r"upstreams\.x\.bogus: unknown key"),
+        (
+            '[upstreams.x]\nbase_url = "http://a"\nnormalize = { system = true }\n',
+            r"upstreams\.x\.normalize\.system: unknown key",
+        ),
+        (
+            '[upstream]\nbase_url = "http://a"\n[upstreams.default]\nbase_url = "http://b"\n',
+            r"upstreams\.default: the name is taken by \[upstream\]",
+        ),
+    ],
+)
+def test_upstream_mistakes_name_the_key(tmp_path: Path, text: str, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        load_config(write(tmp_path, text))

@@ -421,7 +421,7 @@ async def test_total_bounds_streams_without_an_observer(
     for _ in range(10):
         steps += [Send(chunk), Sleep(10)]
     async with MemoryProxy([Script(steps=steps)], total=25.0) as proxy:
-        exchange = await proxy.request({"model": "m", "stream": True}, path="/v1/chat/completions")
+        exchange = await proxy.request({"model": "m", "stream": True}, path="/v1/vendor/stream")
         closed_at = await proxy.transport.requests[0].wait_closed()
     assert exchange.elapsed == 25.0
     assert closed_at == exchange.ended_at
@@ -429,7 +429,7 @@ async def test_total_bounds_streams_without_an_observer(
     if first_gap:  # nothing reached the client yet: a plain 504
         assert exchange.status == 504
         assert exchange.json()["error"]["code"] == "upstream_timeout"
-    else:  # cut at a boundary, nothing appended (no observer knows this protocol's shape yet)
+    else:  # cut at a boundary, nothing appended (no observer knows this route's protocol)
         assert exchange.status == 200
         assert exchange.body == chunk * 3
 

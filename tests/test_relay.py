@@ -367,13 +367,13 @@ async def test_upstream_reset_mid_responses_stream_gets_a_terminal(
 async def test_unobserved_stream_passes_an_unfinished_last_event_on(
     start_upstream: Any, proxai_for: Any
 ) -> None:
-    # No observer watches this route (yet): proxai appends nothing, so the unfinished
+    # No observer watches this route: proxai appends nothing, so the unfinished
     # event goes out as the upstream sent it, and a client's parser discards it as it
     # would without proxai.
     chunk = b'data: {"choices":[]}\n\n'
     upstream = await start_upstream([Script.sse([chunk], then=[Send(b"data: {"), Reset()])])
     async with proxai_for(upstream) as px, httpx.AsyncClient() as client:
-        response = await client.post(px.base_url + "/chat/completions", json={})
+        response = await client.post(px.base_url + "/vendor/stream", json={})
         (outcome,) = await px.wait_for_outcomes(1)
     assert response.content == chunk + b"data: {"
     assert outcome.kind is OutcomeKind.UPSTREAM_RESET

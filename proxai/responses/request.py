@@ -18,11 +18,10 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
-from cattrs.errors import ClassValidationError
 
-from ..converters import error_paths, strict_converter
+from ..converters import strict_converter
 from ..errors import ProxyError
-from ..json_body import load_json_object
+from ..json_body import load_json_object, project_body
 
 __all__ = [
     "ApplyPatchTool",
@@ -337,11 +336,4 @@ def project_request(body: bytes | dict[str, Any]) -> RequestProjection:
     data = load_json_object(body) if isinstance(body, bytes | bytearray) else body
     if not isinstance(data, dict):
         raise ProxyError.invalid_request("request body must be a JSON object", code="invalid_json")
-    try:
-        projection: RequestProjection = _converter.structure(data, RequestProjection)
-    except (ClassValidationError, TypeError, ValueError) as exc:
-        path, reason = error_paths(exc)[0]
-        raise ProxyError.invalid_request(
-            f"invalid request: {path}: {reason}", param=path or None, code="invalid_value"
-        ) from None
-    return projection
+    return project_body(_converter, data, RequestProjection)

@@ -45,7 +45,7 @@ class RunningProxai:
 
 @asynccontextmanager
 async def open_proxai(
-    upstream_url: str, *, api_key: str | None = "sk-upstream-test", **tables: dict[str, Any]
+    upstream_url: str, /, *, api_key: str | None = "sk-upstream-test", **tables: dict[str, Any]
 ) -> AsyncIterator[RunningProxai]:
     """Start proxai on 127.0.0.1 with an OS-chosen port, in front of ``upstream_url``.
 

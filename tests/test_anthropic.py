@@ -1,0 +1,358 @@
+"""Anthropic Messages: routing and keys, the observer's deadlines, and the anthropic SDK."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+import trio
+from trio.testing import MockClock
+
+from proxai.outcome import OutcomeKind
+from proxai.sse import SSEFramer
+from proxai.testing import Close, Script, Send, Sleep, Stall
+
+from .memory_harness import MemoryProxy
+
+anthropic = pytest.importorskip("anthropic")
+
+MESSAGES = "/v1/messages"
+REQUEST = {
+    "model": "claude-test-model",
+    "max_tokens": 1024,
+    "stream": True,
+    "messages": [{"role": "user", "content": "北京今天适合跑步吗？"}],
+    "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}],
+}
+SSE_HEADERS = (("content-type", "text/event-stream; charset=utf-8"), ("request-id", "req_1"))
+
+
+def event(kind: str, **fields: Any) -> bytes:
+    payload = json.dumps({"type": kind, **fields}, ensure_ascii=False, separators=(",", ":"))
+    return f"event: {kind}\ndata: {payload}\n\n".encode()
+
+
+MESSAGE_START = event(
+    "message_start",
+    message={
+        "id": "msg_01",
+        "type": "message",
+        "role": "assistant",
+        "content": [],
+        "model": "claude-test-model",
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 25, "output_tokens": 1},
+    },
+)
+TEXT = [
+    event("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+    event("ping"),
+    event("content_block_delta", index=0, delta={"type": "text_delta", "text": "我查一下"}),
+    event("content_block_delta", index=0, delta={"type": "text_delta", "text": "天气。"}),
+    event("content_block_stop", index=0),
+]
+TOOL = [
+    event(
+        "content_block_start",
+        index=1,
+        content_block={"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {}},
+    ),
+    event("content_block_delta", index=1, delta={"type": "input_json_delta", "partial_json": ""}),
+    event(
+        "content_block_delta",
+        index=1,
+        delta={"type": "input_json_delta", "partial_json": '{"city": '},
+    ),
+    event(
+        "content_block_delta",
+        index=1,
+        delta={"type": "input_json_delta", "partial_json": '"北京"}'},
+    ),
+    event("content_block_stop", index=1),
+]
+END = [
+    event(
+        "message_delta",
+        delta={"stop_reason": "tool_use", "stop_sequence": None},
+        usage={"output_tokens": 42},
+    ),
+    event("message_stop"),
+]
+WHOLE = [MESSAGE_START, *TEXT, *TOOL, *END]
+ANTHROPIC_UPSTREAM = {
+    "claude": {
+        "protocol": "anthropic_messages",
+        "base_url": "http://anthropic.test/v1",
+        "api_key": "sk-ant-upstream",
+    }
+}
+
+
+def sse(events: list[bytes], then: list[Any] | None = None) -> Script:
+    return Script(headers=SSE_HEADERS, steps=[*(Send(e) for e in events), *(then or [])])
+
+
+def error_event(body: bytes) -> dict[str, Any]:
+    frames = [f for f in SSEFramer().feed(body) if f.data is not None]
+    assert frames[-1].event == "error"
+    payload: dict[str, Any] = json.loads(frames[-1].data or b"")
+    assert payload["type"] == "error"
+    assert set(payload["error"]) == {"type", "message"}
+    return payload["error"]
+
+
+# --- routing and keys -----------------------------------------------------------------------
+
+
+async def test_messages_go_to_the_anthropic_upstream_with_its_key(
+    autojump_clock: MockClock,
+) -> None:
+    async with MemoryProxy([sse(WHOLE)], upstreams=ANTHROPIC_UPSTREAM) as proxy:
+        exchange = await proxy.request(
+            REQUEST,
+            path=MESSAGES,
+            headers=[
+                (b"x-api-key", b"sk-ant-client"),
+                (b"authorization", b"Bearer sk-client"),
+                (b"anthropic-version", b"2023-06-01"),
+                (b"anthropic-beta", b"fine-grained-tool-streaming-2025-05-14"),
+            ],
+        )
+    assert exchange.body == b"".join(WHOLE)
+    (request,) = proxy.transport.requests
+    assert request.target == "/v1/messages"
+    assert request.header("x-api-key") == "sk-ant-upstream"
+    assert request.header("authorization") is None
+    assert request.header("anthropic-version") == "2023-06-01"
+    assert request.header("anthropic-beta") == "fine-grained-tool-streaming-2025-05-14"
+    outcome = exchange.outcome
+    assert outcome is not None
+    assert outcome.kind is OutcomeKind.COMPLETED
+    assert outcome.upstream == "claude"
+    assert outcome.model == "claude-test-model"
+    assert outcome.tools == ["get_weather"]
+    assert outcome.usage == {"input_tokens": 25, "output_tokens": 42}
+    assert [(c.type, c.name, c.arguments_length) for c in outcome.calls] == [
+        ("tool_use", "get_weather", len('{"city": "北京"}'))
+    ]
+
+
+async def test_without_an_anthropic_upstream_messages_is_an_anthropic_404(
+    autojump_clock: MockClock,
+) -> None:
+    async with MemoryProxy([sse(WHOLE)]) as proxy:
+        exchange = await proxy.request(REQUEST, path=MESSAGES)
+    assert exchange.status == 404
+    body = exchange.json()
+    assert body["type"] == "error"
+    assert body["error"]["type"] == "not_found_error"
+    assert "no Anthropic upstream is configured" in body["error"]["message"]
+    assert proxy.transport.requests == []
+
+
+async def test_errors_before_the_stream_are_anthropic_shaped(autojump_clock: MockClock) -> None:
+    async with MemoryProxy([Script(before_head=[Stall()])], upstreams=ANTHROPIC_UPSTREAM) as proxy:
+        timeout = await proxy.request(REQUEST, path=MESSAGES)
+        invalid = await proxy.request(b"{nope", path=MESSAGES)
+        projected = await proxy.request({**REQUEST, "max_tokens": "many"}, path=MESSAGES)
+    assert (timeout.status, timeout.json()["error"]["type"]) == (504, "timeout_error")
+    assert (invalid.status, invalid.json()["error"]["type"]) == (400, "invalid_request_error")
+    assert projected.status == 400
+    assert projected.json() == {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "invalid request: max_tokens: expected an integer, got a string",
+        },
+    }
+
+
+# --- deadlines on a virtual clock (first_byte 10, tool_arguments 20, idle 30) ---------------
+
+
+async def test_stall_in_tool_input_fires_tool_arguments(autojump_clock: MockClock) -> None:
+    script = sse([MESSAGE_START, *TEXT, *TOOL[:3]], then=[Sleep(2), Send(b": keep\n\n"), Stall()])
+    async with MemoryProxy([script], upstreams=ANTHROPIC_UPSTREAM) as proxy:
+        exchange = await proxy.request(REQUEST, path=MESSAGES)
+    assert exchange.elapsed == 20.0
+    error = error_event(exchange.body)
+    assert error == {
+        "type": "overloaded_error",
+        "message": (
+            "upstream stalled for 20.0 s while streaming input of tool_use get_weather (toolu_01)"
+        ),
+    }
+    assert exchange.outcome is not None
+    assert exchange.outcome.kind is OutcomeKind.STALLED_TOOL_ARGUMENTS
+    assert exchange.outcome.stalled_item == "tool_use get_weather (toolu_01)"
+
+
+async def test_pings_keep_idle_alive_but_not_an_open_tool(autojump_clock: MockClock) -> None:
+    steps: list[Any] = [Send(MESSAGE_START + TOOL[0] + TOOL[2])]
+    for _ in range(10):
+        steps += [Sleep(6), Send(event("ping"))]
+    async with MemoryProxy(
+        [Script(headers=SSE_HEADERS, steps=steps)], upstreams=ANTHROPIC_UPSTREAM
+    ) as proxy:
+        exchange = await proxy.request(REQUEST, path=MESSAGES)
+    assert exchange.elapsed == 20.0
+    assert (
+        exchange.outcome is not None and exchange.outcome.kind is OutcomeKind.STALLED_TOOL_ARGUMENTS
+    )
+
+
+async def test_stall_mid_text_is_idle(autojump_clock: MockClock) -> None:
+    async with MemoryProxy(
+        [sse([MESSAGE_START, *TEXT[:3]], then=[Stall()])], upstreams=ANTHROPIC_UPSTREAM
+    ) as proxy:
+        exchange = await proxy.request(REQUEST, path=MESSAGES)
+    assert exchange.elapsed == 30.0
+    assert error_event(exchange.body) == {
+        "type": "overloaded_error",
+        "message": "upstream sent nothing for 30.0 s while streaming text of text block 0",
+    }
+
+
+@pytest.mark.parametrize("ending", [None, Close()])
+async def test_no_message_stop_before_eof_gets_an_api_error(
+    autojump_clock: MockClock, ending: Any
+) -> None:
+    script = sse([MESSAGE_START, *TEXT, *TOOL[:3]], then=[ending] if ending else [])
+    async with MemoryProxy([script], upstreams=ANTHROPIC_UPSTREAM) as proxy:
+        exchange = await proxy.request(REQUEST, path=MESSAGES)
+    error = error_event(exchange.body)
+    assert error["type"] == "api_error"
+    assert (
+        "before the response completed while streaming input of tool_use get_weather"
+        in error["message"]
+    )
+
+
+async def test_an_upstream_error_event_is_terminal(autojump_clock: MockClock) -> None:
+    overloaded = event("error", error={"type": "overloaded_error", "message": "Overloaded"})
+    async with MemoryProxy(
+        [sse([MESSAGE_START, overloaded], then=[Stall()])], upstreams=ANTHROPIC_UPSTREAM
+    ) as proxy:
+        exchange = await proxy.request(REQUEST, path=MESSAGES)
+    assert exchange.body == MESSAGE_START + overloaded
+    assert exchange.elapsed == 1.0
+    assert exchange.outcome is not None and exchange.outcome.kind is OutcomeKind.FAILED
+
+
+async def test_max_tokens_is_incomplete(autojump_clock: MockClock) -> None:
+    end = [
+        event("message_delta", delta={"stop_reason": "max_tokens"}, usage={"output_tokens": 9}),
+        event("message_stop"),
+    ]
+    async with MemoryProxy(
+        [sse([MESSAGE_START, *TEXT, *end])], upstreams=ANTHROPIC_UPSTREAM
+    ) as proxy:
+        exchange = await proxy.request(REQUEST, path=MESSAGES)
+    assert exchange.outcome is not None and exchange.outcome.kind is OutcomeKind.INCOMPLETE
+
+
+# --- the official anthropic SDK through a real server ---------------------------------------
+
+FAST = {"first_byte": 2.0, "idle": 0.6, "tool_arguments": 0.3, "total": 30.0}
+
+
+def drive(base_url: str) -> tuple[list[str], str, BaseException | None]:
+    client = anthropic.Anthropic(
+        base_url=base_url, api_key="sk-ant-client", max_retries=0, timeout=20
+    )
+    kinds: list[str] = []
+    partial = ""
+    try:
+        for ev in client.messages.create(**REQUEST):
+            kinds.append(ev.type)
+            if ev.type == "content_block_delta" and ev.delta.type == "input_json_delta":
+                partial += ev.delta.partial_json
+    except Exception as exc:
+        return kinds, partial, exc
+    return kinds, partial, None
+
+
+async def run_sdk(start_upstream: Any, proxai_for: Any, script: Script) -> Any:
+    upstream = await start_upstream([script])
+    tables = {
+        "upstreams": {
+            "claude": {
+                "protocol": "anthropic_messages",
+                "base_url": upstream.base_url,
+                "api_key": "sk-ant-upstream",
+            }
+        }
+    }
+    async with proxai_for(upstream, timeouts=FAST, **tables) as px:
+        started = trio.current_time()
+        with trio.fail_after(15):
+            result = await trio.to_thread.run_sync(drive, px.url)
+            (outcome,) = await px.wait_for_outcomes(1)
+        elapsed = trio.current_time() - started
+    return (*result, outcome, elapsed, upstream)
+
+
+async def test_sdk_reads_a_healthy_stream(start_upstream: Any, proxai_for: Any) -> None:
+    kinds, partial, error, outcome, _, upstream = await run_sdk(
+        start_upstream,
+        proxai_for,
+        Script.sse([b"".join(WHOLE)], chunk_size=37, headers=SSE_HEADERS),
+    )
+    assert error is None
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    assert json.loads(partial) == {"city": "北京"}
+    assert outcome.kind is OutcomeKind.COMPLETED
+    assert upstream.requests[0].header("x-api-key") == "sk-ant-upstream"
+
+
+async def test_sdk_raises_on_a_stall_in_tool_input(start_upstream: Any, proxai_for: Any) -> None:
+    _, partial, error, outcome, elapsed, _ = await run_sdk(
+        start_upstream, proxai_for, sse([MESSAGE_START, *TEXT, *TOOL[:3]], then=[Stall()])
+    )
+    assert isinstance(error, anthropic.APIStatusError)
+    assert "overloaded_error" in str(error)
+    assert "upstream stalled for 0.3 s while streaming input of tool_use get_weather" in str(error)
+    assert partial == '{"city": '
+    assert outcome.kind is OutcomeKind.STALLED_TOOL_ARGUMENTS
+    assert elapsed < 5
+
+
+async def test_sdk_gets_a_retryable_error_before_the_stream(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    kinds, _, error, outcome, _, _ = await run_sdk(
+        start_upstream, proxai_for, Script(headers=SSE_HEADERS, steps=[Stall()])
+    )
+    assert kinds == []
+    assert isinstance(error, anthropic.InternalServerError)
+    assert error.status_code == 504
+    assert error.body["error"]["type"] == "timeout_error"
+    assert outcome.kind is OutcomeKind.STALLED_IDLE
+
+
+async def test_anthropic_sdk_models_list_goes_to_the_anthropic_upstream(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    openai_upstream = await start_upstream([Script.json({"object": "list", "data": []})])
+    claude = await start_upstream(
+        [Script.json({"data": [], "has_more": False, "first_id": None, "last_id": None})]
+    )
+    tables = {
+        "upstreams": {
+            "claude": {
+                "protocol": "anthropic_messages",
+                "base_url": claude.base_url,
+                "api_key": "sk-ant-upstream",
+            }
+        }
+    }
+    async with proxai_for(openai_upstream, **tables) as px, httpx.AsyncClient() as client:
+        await client.get(px.base_url + "/models", headers={"anthropic-version": "2023-06-01"})
+        await client.get(px.base_url + "/models")
+    assert [r.target for r in claude.requests] == ["/v1/models"]
+    assert claude.requests[0].header("x-api-key") == "sk-ant-upstream"
+    assert [r.target for r in openai_upstream.requests] == ["/v1/models"]
+    assert openai_upstream.requests[0].header("authorization") == "Bearer sk-upstream-test"
