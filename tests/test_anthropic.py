@@ -356,3 +356,28 @@ async def test_anthropic_sdk_models_list_goes_to_the_anthropic_upstream(
     assert claude.requests[0].header("x-api-key") == "sk-ant-upstream"
     assert [r.target for r in openai_upstream.requests] == ["/v1/models"]
     assert openai_upstream.requests[0].header("authorization") == "Bearer sk-upstream-test"
+
+
+async def test_parallel_tool_use_blocks_are_each_guarded(autojump_clock: MockClock) -> None:
+    second = [
+        event(
+            "content_block_start",
+            index=2,
+            content_block={"type": "tool_use", "id": "toolu_02", "name": "get_aqi", "input": {}},
+        ),
+        event(
+            "content_block_delta", index=2, delta={"type": "input_json_delta", "partial_json": "{"}
+        ),
+    ]
+    steps: list[Any] = [Send(MESSAGE_START + b"".join(TOOL) + b"".join(second))]
+    async with MemoryProxy(
+        [Script(headers=SSE_HEADERS, steps=[*steps, Stall()])], upstreams=ANTHROPIC_UPSTREAM
+    ) as proxy:
+        exchange = await proxy.request(REQUEST, path=MESSAGES)
+    assert exchange.elapsed == 20.0
+    assert exchange.outcome is not None
+    assert exchange.outcome.stalled_item == "tool_use get_aqi (toolu_02)"
+    assert [(c.name, c.arguments_length) for c in exchange.outcome.calls] == [
+        ("get_weather", len('{"city": "北京"}')),
+        ("get_aqi", 1),
+    ]
