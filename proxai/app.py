@@ -13,6 +13,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+import trio
+
 from .anthropic.observer import MessagesObserver
 from .anthropic.request import project_messages_request
 from .chat.observer import ChatObserver
@@ -116,7 +118,7 @@ class ProxaiApp:
             body, observer_factory, streaming = self._prepare(method, path, body, client, outcome)
         except ProxyError as exc:
             await send_error(send, exc, shape)
-            outcome.kind = OutcomeKind.PROXY_ERROR
+            outcome.kind = exc.kind or OutcomeKind.PROXY_ERROR
             outcome.status = exc.status
             outcome.detail = exc.message
             self._report(outcome)
@@ -138,6 +140,7 @@ class ProxaiApp:
             observer_factory=observer_factory,
             outcome=outcome,
             error_shape=shape,
+            max_event_bytes=self.config.server.max_event_bytes,
         )
         self._report(await relay.run())
 
@@ -223,21 +226,31 @@ class ProxaiApp:
                     raise _too_large(limit)
         chunks: list[bytes] = []
         size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise ProxyError(
-                    499,
-                    "the client went away before its request body was read",
-                    "invalid_request_error",
-                )
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise _too_large(limit)
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
+        seconds = self.config.timeouts.request_body
+        with trio.move_on_after(seconds):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise ProxyError(
+                        499,
+                        "the client went away before its request body was read",
+                        "invalid_request_error",
+                        kind=OutcomeKind.CLIENT_DISCONNECTED,
+                    )
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(limit)
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return b"".join(chunks)
+        raise ProxyError(
+            408,
+            f"the request body did not arrive within {seconds} s (timeouts.request_body)",
+            "invalid_request_error",
+            code="request_timeout",
+            kind=OutcomeKind.REQUEST_BODY_TIMEOUT,
+        )
 
 
 def _too_large(limit: int) -> ProxyError:

@@ -65,6 +65,8 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = attrs.field(default=8080, validator=_port)
     max_request_body_bytes: int = attrs.field(default=50 * 1024 * 1024, validator=_positive_int)
+    #: The largest single SSE event proxai holds while waiting for its end.
+    max_event_bytes: int = attrs.field(default=16 * 1024 * 1024, validator=_positive_int)
 
 
 class Protocol(enum.StrEnum):
@@ -118,6 +120,8 @@ class TimeoutsConfig:
     idle: float = attrs.field(default=120.0, validator=_positive)
     tool_arguments: float = attrs.field(default=120.0, validator=_positive)
     total: float = attrs.field(default=3600.0, validator=_positive)
+    request_body: float = attrs.field(default=30.0, validator=_positive)
+    client_write: float = attrs.field(default=300.0, validator=_positive)
 
 
 @attrs.frozen

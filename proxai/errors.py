@@ -15,6 +15,8 @@ import enum
 import attrs
 import orjson
 
+from .outcome import OutcomeKind
+
 __all__ = ["ErrorShape", "ProxyError", "anthropic_error_type", "error_body"]
 
 
@@ -63,6 +65,8 @@ class ProxyError(Exception):
     param: str | None = None
     code: str | None = None
     headers: tuple[tuple[bytes, bytes], ...] = ()
+    #: How the request's outcome record names this failure (``proxy_error`` if unset).
+    kind: OutcomeKind | None = None
 
     def __str__(self) -> str:
         return f"{self.status} {self.type}: {self.message}"

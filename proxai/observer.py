@@ -23,7 +23,11 @@ import attrs
 from .outcome import Outcome, OutcomeKind
 from .sse import SSEFrame
 
-__all__ = ["PassThroughObserver", "StreamObserver", "Verdict"]
+__all__ = ["PassThroughObserver", "StreamObserver", "Verdict", "client_stalled_message"]
+
+
+def client_stalled_message(seconds: float) -> str:
+    return f"the client read nothing for {seconds} s (proxai client_write timeout)"
 
 
 @attrs.frozen
@@ -56,10 +60,15 @@ class StreamObserver:
         """The response ran past ``timeouts.total`` (a wall-clock limit the relay keeps)."""
         return Verdict(OutcomeKind.TOTAL_TIMEOUT, "response exceeded proxai's total time limit")
 
-    def on_end(self, *, broken: bool, detail: str | None, now: float) -> Verdict:
-        """The upstream body ended: cleanly, or ``broken`` (reset, bad framing)."""
-        if broken:
-            return Verdict(OutcomeKind.UPSTREAM_RESET, detail)
+    def on_client_stalled(self, seconds: float) -> Verdict:
+        """The client accepted nothing for ``seconds`` (``timeouts.client_write``)."""
+        return Verdict(OutcomeKind.CLIENT_STALLED, client_stalled_message(seconds))
+
+    def on_end(self, *, fault: OutcomeKind | None, detail: str | None, now: float) -> Verdict:
+        """The upstream body ended: cleanly (``fault`` None), or cut short by ``fault``
+        (``upstream_reset``, ``upstream_event_too_large``), which ``detail`` describes."""
+        if fault is not None:
+            return Verdict(fault, detail)
         return Verdict(OutcomeKind.COMPLETED)
 
     def fill(self, outcome: Outcome) -> None:

@@ -23,13 +23,17 @@ class OutcomeKind(enum.StrEnum):
     FAILED = "failed"
     UPSTREAM_ERROR = "upstream_error"  # the upstream answered non-2xx, relayed as is
     PROXY_ERROR = "proxy_error"  # proxai answered with an error of its own (400, 413, 502, ...)
+    UPSTREAM_UNREACHABLE = "upstream_unreachable"  # no connection could be made
     STALLED_FIRST_BYTE = "stalled_first_byte"
     STALLED_IDLE = "stalled_idle"
     STALLED_TOOL_ARGUMENTS = "stalled_tool_arguments"
     TOTAL_TIMEOUT = "total_timeout"
     UPSTREAM_EOF = "upstream_eof"  # the upstream closed before a terminal event
     UPSTREAM_RESET = "upstream_reset"
+    UPSTREAM_EVENT_TOO_LARGE = "upstream_event_too_large"  # over server.max_event_bytes
     CLIENT_DISCONNECTED = "client_disconnected"
+    CLIENT_STALLED = "client_stalled"  # stopped reading for timeouts.client_write
+    REQUEST_BODY_TIMEOUT = "request_body_timeout"  # body not received within timeouts.request_body
 
 
 @attrs.frozen

@@ -93,12 +93,17 @@ class _Body:
 
 @attrs.frozen
 class _End:
-    """The upstream body ended; ``tail`` is an unfinished SSE frame's bytes."""
+    """The upstream body ended, cleanly or cut short by ``fault``; ``tail`` is an
+    unfinished SSE frame's bytes."""
 
-    broken: bool
     at: float
+    fault: OutcomeKind | None = None
     tail: bytes = b""
     detail: str | None = None
+
+
+class _ClientStalled(Exception):
+    """The writer has been blocked on the client for ``timeouts.client_write``."""
 
 
 _ToObserver = _Head | _Body | _End | ProxyError
@@ -160,6 +165,12 @@ def _is_event_stream(status: int, headers: Headers) -> bool:
     return False
 
 
+_UPSTREAM_END_CODES = {
+    OutcomeKind.UPSTREAM_EOF: "upstream_closed",
+    OutcomeKind.UPSTREAM_RESET: "upstream_reset",
+    OutcomeKind.UPSTREAM_EVENT_TOO_LARGE: "upstream_event_too_large",
+}
+_UPSTREAM_ENDS = frozenset(_UPSTREAM_END_CODES)
 _TIMEOUTS = frozenset(
     {OutcomeKind.STALLED_IDLE, OutcomeKind.STALLED_TOOL_ARGUMENTS, OutcomeKind.TOTAL_TIMEOUT}
 )
@@ -172,9 +183,10 @@ def _error_before_first_byte(verdict: Verdict) -> ProxyError:
     early close before the first event deserves.
     """
     message = verdict.detail or "the upstream stream ended before its first event"
-    if verdict.kind in (OutcomeKind.UPSTREAM_EOF, OutcomeKind.UPSTREAM_RESET):
-        return ProxyError(502, message, "server_error", code="upstream_closed")
-    return ProxyError(504, message, "server_error", code="upstream_timeout")
+    if verdict.kind in _UPSTREAM_ENDS:
+        code = _UPSTREAM_END_CODES[verdict.kind]
+        return ProxyError(502, message, "server_error", code=code, kind=verdict.kind)
+    return ProxyError(504, message, "server_error", code="upstream_timeout", kind=verdict.kind)
 
 
 class Relay:
@@ -191,8 +203,14 @@ class Relay:
         observer_factory: ObserverFactory = PassThroughObserver,
         outcome: Outcome | None = None,
         error_shape: ErrorShape = ErrorShape.OPENAI,
+        max_event_bytes: int = 16 * 1024 * 1024,
     ) -> None:
         self._error_shape = error_shape
+        self._max_event_bytes = max_event_bytes
+        #: When the writer's current ASGI send began (None between sends).
+        self._writing_since: float | None = None
+        #: Closing bytes the writer sends once a stalled client reads again.
+        self._after_stall: bytes | None = None
         self._upstream = upstream
         self._timeouts = timeouts
         self._request = request
@@ -233,7 +251,7 @@ class Relay:
         while True:
             message = await self._receive()
             if message["type"] == "http.disconnect":
-                if not self._delivered:
+                if not self._delivered and self.outcome.kind is not OutcomeKind.CLIENT_STALLED:
                     self.outcome.kind = OutcomeKind.CLIENT_DISCONNECTED
                 request_scope.cancel()
                 return
@@ -283,13 +301,19 @@ class Relay:
                         # A read that completes no frame still tells the observer the
                         # upstream is alive.
                         await send(channel, _Body(joined, frames, at))
+                        if framer.pending > self._max_event_bytes:
+                            # An event that never ends must not grow without bound.
+                            limit = self._max_event_bytes
+                            detail = f"upstream sent an event over {limit} bytes (max_event_bytes)"
+                            fault = OutcomeKind.UPSTREAM_EVENT_TOO_LARGE
+                            await send(channel, _End(self._clock.now(), fault, detail=detail))
+                            return
                 except UpstreamBroken as exc:
                     tail = framer.close() if framer else b""
-                    await send(channel, _End(True, self._clock.now(), tail, str(exc)))
+                    fault = OutcomeKind.UPSTREAM_RESET
+                    await send(channel, _End(self._clock.now(), fault, tail, str(exc)))
                     return
-                await send(
-                    channel, _End(False, self._clock.now(), framer.close() if framer else b"")
-                )
+                await send(channel, _End(self._clock.now(), tail=framer.close() if framer else b""))
 
     def _head_timeout(self, first_byte_deadline: float) -> ProxyError:
         if first_byte_deadline <= self._total_deadline:
@@ -315,7 +339,7 @@ class Relay:
         async with upstream, client:
             head = await upstream.receive()
             if isinstance(head, ProxyError):
-                self.outcome.kind = self.outcome.kind or OutcomeKind.PROXY_ERROR
+                self.outcome.kind = self.outcome.kind or head.kind or OutcomeKind.PROXY_ERROR
                 self.outcome.detail = head.message
                 await client.send(head)
                 return
@@ -325,7 +349,14 @@ class Relay:
             observer = self._observer_factory() if head.sse else PassThroughObserver()
             observer.on_start(head.at)
             await client.send(head)
-            verdict, forwarded = await self._relay_body(upstream, client, observer)
+            try:
+                verdict, forwarded = await self._relay_body(upstream, client, observer)
+            except _ClientStalled:
+                # The client read nothing for client_write: let go of the upstream now;
+                # the writer delivers the protocol's terminal if the client ever reads.
+                self._reader_scope.cancel()
+                verdict, forwarded = observer.on_client_stalled(self._timeouts.client_write), True
+                self._after_stall = verdict.closing
             if not 200 <= head.status < 300 and verdict.kind is OutcomeKind.COMPLETED:
                 verdict = Verdict(OutcomeKind.UPSTREAM_ERROR, f"upstream answered {head.status}")
             observer.fill(self.outcome)
@@ -335,8 +366,11 @@ class Relay:
                 error = _error_before_first_byte(verdict)
                 self.outcome.status = error.status
                 await client.send(error)
-            elif verdict.closing:
-                await client.send(verdict.closing)
+            elif verdict.closing and self._after_stall is None:
+                try:
+                    await self._to_writer(client, verdict.closing)
+                except _ClientStalled:
+                    self._after_stall = verdict.closing
 
     async def _relay_body(
         self,
@@ -362,18 +396,41 @@ class Relay:
                 observer.on_frames(message.frames, message.at)
                 if message.data:
                     forwarded = True
-                    await client.send(message.data)
+                    await self._to_writer(client, message.data)
                 continue
             assert isinstance(message, _End)
-            verdict = observer.on_end(broken=message.broken, detail=message.detail, now=message.at)
+            verdict = observer.on_end(fault=message.fault, detail=message.detail, now=message.at)
             # An unfinished last event is forwarded when proxai adds nothing after
             # it (the client's parser drops it, as it would have without proxai);
             # it is dropped when proxai appends an event, which must start at a
             # boundary.
             if message.tail and (not verdict.closing or not message.tail.strip(b"\r\n")):
                 forwarded = True
-                await client.send(message.tail)
+                await self._to_writer(client, message.tail)
             return verdict, forwarded
+
+    async def _to_writer(self, client: trio.MemorySendChannel[_ToWriter], data: bytes) -> None:
+        """Hand bytes to the writer; raise :class:`_ClientStalled` if the client has
+        accepted nothing for ``client_write`` seconds meanwhile.
+
+        Hypercorn shields its socket writes, so a writer blocked on a client that
+        does not read cannot be cancelled; the upstream must not wait with it.
+        """
+        try:
+            client.send_nowait(data)
+        except trio.WouldBlock:
+            pass
+        else:
+            return
+        while True:
+            since = self._writing_since
+            if since is None:  # between two sends: it gets a full period from now
+                since = trio.current_time()
+            with trio.move_on_at(since + self._timeouts.client_write):
+                await client.send(data)
+                return
+            if self._writing_since == since:
+                raise _ClientStalled
 
     async def _next_message(
         self,
@@ -430,20 +487,32 @@ class Relay:
                         async for data in channel:
                             assert isinstance(data, bytes)
                             await self._send_body(data)
+                    if self._after_stall:
+                        await self._send_body(self._after_stall)
                     self._delivered = True
-                    await self._send(
+                    await self._asgi_send(
                         {"type": "http.response.body", "body": b"", "more_body": False}
                     )
             if isinstance(message, ProxyError):
                 self.outcome.status = message.status
                 self._delivered = True
-                await send_error(self._send, message, self._error_shape)
+                await send_error(self._asgi_send, message, self._error_shape)
         request_scope.cancel()
+
+    async def _asgi_send(self, message: dict[str, Any]) -> None:
+        """ASGI ``send()``, noting when it started (see :meth:`_to_writer`)."""
+        self._writing_since = trio.current_time()
+        try:
+            await self._send(message)
+        finally:
+            self._writing_since = None
 
     async def _send_head(self, head: _Head) -> None:
         headers = response_headers_for_client(head.headers, keep_content_length=not head.sse)
-        await self._send({"type": "http.response.start", "status": head.status, "headers": headers})
+        await self._asgi_send(
+            {"type": "http.response.start", "status": head.status, "headers": headers}
+        )
 
     async def _send_body(self, data: bytes) -> None:
         self.outcome.bytes_out += len(data)
-        await self._send({"type": "http.response.body", "body": data, "more_body": True})
+        await self._asgi_send({"type": "http.response.body", "body": data, "more_body": True})

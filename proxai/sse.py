@@ -19,20 +19,11 @@ from __future__ import annotations
 
 import attrs
 
-__all__ = ["SSEFrame", "SSEFrameTooLarge", "SSEFramer"]
+__all__ = ["SSEFrame", "SSEFramer"]
 
 _LF = 0x0A
 _CR = 0x0D
 _BOM = b"\xef\xbb\xbf"
-
-
-class SSEFrameTooLarge(Exception):
-    """Raised by :meth:`SSEFramer.feed` when one frame grows past ``max_frame_bytes``."""
-
-    def __init__(self, size: int, limit: int) -> None:
-        super().__init__(f"an SSE event grew to {size} bytes without ending (limit {limit})")
-        self.size = size
-        self.limit = limit
 
 
 @attrs.frozen(slots=True)
@@ -42,12 +33,15 @@ class SSEFrame:
     ``event`` is the value of the last ``event:`` field, ``data`` the ``data:``
     lines joined with LF (``None`` when the frame had no ``data:`` field, as for
     a comment or a stray blank line). Other fields (``id:``, ``retry:``) are
-    kept in ``raw`` but not interpreted: proxai never needs them.
+    kept in ``raw`` but not interpreted: proxai never needs them. ``unknown``
+    is set when a line was no SSE field at all (what a parser ignores, and what
+    an upstream sending something other than SSE produces).
     """
 
     raw: bytes
     event: str | None = None
     data: bytes | None = None
+    unknown: bool = False
 
     @property
     def is_event(self) -> bool:
@@ -64,12 +58,12 @@ class SSEFramer:
         "_data",
         "_event",
         "_frame_start",
-        "_max_frame_bytes",
         "_scan",
         "_skip_lf",
+        "_unknown",
     )
 
-    def __init__(self, *, max_frame_bytes: int | None = None) -> None:
+    def __init__(self) -> None:
         self._buf = bytearray()
         self._frame_start = 0  # offset in _buf where the frame being built starts
         self._scan = 0  # offset in _buf of the first unparsed line
@@ -77,11 +71,12 @@ class SSEFramer:
         self._data: list[bytes] | None = None
         self._skip_lf = False  # the previous chunk ended with CR: a leading LF belongs to it
         self._at_stream_start = True
-        self._max_frame_bytes = max_frame_bytes
+        self._unknown = False
 
     @property
     def pending(self) -> int:
-        """How many bytes are held back as part of an unfinished frame."""
+        """How many bytes are held back as part of an unfinished frame (the caller
+        bounds it: an upstream may send an event that never ends)."""
         return len(self._buf) - self._frame_start
 
     def feed(self, chunk: bytes) -> list[SSEFrame]:
@@ -123,8 +118,6 @@ class SSEFramer:
             del buf[: self._frame_start]
             self._scan -= self._frame_start
             self._frame_start = 0
-        if self._max_frame_bytes is not None and len(buf) > self._max_frame_bytes:
-            raise SSEFrameTooLarge(len(buf), self._max_frame_bytes)
         return frames
 
     def close(self) -> bytes:
@@ -138,6 +131,7 @@ class SSEFramer:
         self._frame_start = self._scan = 0
         self._event = None
         self._data = None
+        self._unknown = False
         return tail
 
     def _line(self, buf: bytearray, start: int, end: int, nxt: int) -> SSEFrame | None:
@@ -147,10 +141,13 @@ class SSEFramer:
             if buf.startswith(_BOM, start):
                 start += len(_BOM)
         if start == end:  # blank line: the frame is complete
-            frame = SSEFrame(bytes(buf[self._frame_start : nxt]), self._event, self._joined())
+            frame = SSEFrame(
+                bytes(buf[self._frame_start : nxt]), self._event, self._joined(), self._unknown
+            )
             self._frame_start = nxt
             self._event = None
             self._data = None
+            self._unknown = False
             return frame
         if buf[start] == 0x3A:  # ':' comment
             if self._data is None and self._event is None and self._only_comments(start):
@@ -175,6 +172,8 @@ class SSEFramer:
                 self._data.append(value)
         elif name == b"event":
             self._event = value.decode("utf-8", "replace")
+        elif name != b"id" and name != b"retry":
+            self._unknown = True
         return None
 
     def _only_comments(self, line_start: int) -> bool:

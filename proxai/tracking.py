@@ -22,7 +22,7 @@ from collections.abc import Hashable, Sequence
 import attrs
 
 from .config import TimeoutsConfig
-from .observer import StreamObserver, Verdict
+from .observer import StreamObserver, Verdict, client_stalled_message
 from .outcome import CallSummary, Outcome, OutcomeKind
 from .sse import SSEFrame
 
@@ -163,19 +163,23 @@ class TrackingObserver(StreamObserver):
             f"response exceeded proxai's total time limit of {self._total} s{self._where()}",
         )
 
-    def on_end(self, *, broken: bool, detail: str | None, now: float) -> Verdict:
+    def on_client_stalled(self, seconds: float) -> Verdict:
+        if self._terminal is not None:  # its terminal event is already on its way
+            return Verdict(OutcomeKind.CLIENT_STALLED, client_stalled_message(seconds))
+        return self._fail(OutcomeKind.CLIENT_STALLED, client_stalled_message(seconds))
+
+    def on_end(self, *, fault: OutcomeKind | None, detail: str | None, now: float) -> Verdict:
         if self._terminal is not None:
             return Verdict(self._terminal, self._terminal_detail)
-        if broken:
+        if fault is None:
             return self._fail(
-                OutcomeKind.UPSTREAM_RESET,
-                f"upstream connection broke before the response completed{self._where()}"
-                + (f": {detail}" if detail else ""),
+                OutcomeKind.UPSTREAM_EOF,
+                f"upstream closed the stream before the response completed{self._where()}",
             )
-        return self._fail(
-            OutcomeKind.UPSTREAM_EOF,
-            f"upstream closed the stream before the response completed{self._where()}",
-        )
+        if fault is OutcomeKind.UPSTREAM_RESET:
+            message = f"upstream connection broke before the response completed{self._where()}"
+            return self._fail(fault, message + (f": {detail}" if detail else ""))
+        return self._fail(fault, f"{detail or fault.value}{self._where()}")
 
     def _where(self) -> str:
         """`` while streaming text of message msg_1``: the most recently opened item."""

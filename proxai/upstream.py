@@ -18,6 +18,7 @@ import httpx
 from .config import Protocol, TimeoutsConfig, UpstreamConfig
 from .errors import ProxyError
 from .headers import Headers, request_headers_for_upstream
+from .outcome import OutcomeKind
 
 __all__ = ["UpstreamBroken", "UpstreamClient", "UpstreamResponse"]
 
@@ -112,13 +113,25 @@ class UpstreamClient:
                 f"could not connect to the upstream within {self._client.timeout.connect} s",
                 "server_error",
                 code="upstream_connect_timeout",
+                kind=OutcomeKind.UPSTREAM_UNREACHABLE,
             ) from None
-        except httpx.TransportError as exc:
+        except (httpx.ConnectError, httpx.UnsupportedProtocol) as exc:
             raise ProxyError(
                 502,
                 f"could not reach the upstream: {type(exc).__name__}: {exc}".rstrip(": "),
                 "server_error",
                 code="upstream_unreachable",
+                kind=OutcomeKind.UPSTREAM_UNREACHABLE,
+            ) from None
+        except httpx.TransportError as exc:
+            # Connected, then the upstream closed or reset before its response headers.
+            reset = isinstance(exc, httpx.ReadError | httpx.WriteError)
+            raise ProxyError(
+                502,
+                f"the upstream closed the connection before answering: {exc}".rstrip(": "),
+                "server_error",
+                code="upstream_reset" if reset else "upstream_closed",
+                kind=OutcomeKind.UPSTREAM_RESET if reset else OutcomeKind.UPSTREAM_EOF,
             ) from None
         try:
             yield UpstreamResponse(response.status_code, list(response.headers.raw), response)

@@ -27,6 +27,8 @@ TIMEOUTS = {
     "idle": 30.0,
     "tool_arguments": 20.0,
     "total": 1000.0,
+    "request_body": 5.0,
+    "client_write": 500.0,
 }
 
 

@@ -309,6 +309,7 @@ async def test_unreachable_upstream_is_502(proxai_for: Any) -> None:
     assert response.status_code == 502
     assert response.json()["error"]["type"] == "server_error"
     assert response.json()["error"]["code"] == "upstream_unreachable"
+    assert (await px.wait_for_outcomes(1))[0].kind is OutcomeKind.UPSTREAM_UNREACHABLE
 
 
 @pytest.mark.parametrize("before_head", [[Stall()], [Sleep(5)]])
@@ -335,15 +336,23 @@ async def test_no_headers_within_first_byte_is_504(
     assert closed_at - started < 2  # proxai hung up on the upstream too
 
 
-@pytest.mark.parametrize("ending", [Close(), Reset()])
+@pytest.mark.parametrize(
+    ("ending", "code", "kind"),
+    [
+        (Close(), "upstream_closed", OutcomeKind.UPSTREAM_EOF),
+        (Reset(), "upstream_reset", OutcomeKind.UPSTREAM_RESET),
+    ],
+)
 async def test_upstream_closing_before_headers_is_502(
-    start_upstream: Any, proxai_for: Any, ending: Any
+    start_upstream: Any, proxai_for: Any, ending: Any, code: str, kind: OutcomeKind
 ) -> None:
     upstream = await start_upstream([Script(before_head=[ending])])
     async with proxai_for(upstream) as px, httpx.AsyncClient() as client:
         response = await client.post(px.base_url + "/responses", json={})
+        (outcome,) = await px.wait_for_outcomes(1)
     assert response.status_code == 502
-    assert response.json()["error"]["code"] == "upstream_unreachable"
+    assert response.json()["error"]["code"] == code
+    assert outcome.kind is kind
 
 
 async def test_upstream_reset_mid_responses_stream_gets_a_terminal(

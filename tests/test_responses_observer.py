@@ -55,7 +55,7 @@ def test_seed_turn1_aggregation() -> None:
     observer.fill(outcome)
     assert outcome.aggregates_match is True  # delta sum == arguments.done == output_item.done
     assert outcome.anomalies == []
-    assert observer.on_end(broken=False, detail=None, now=10.0).kind is OutcomeKind.COMPLETED
+    assert observer.on_end(fault=None, detail=None, now=10.0).kind is OutcomeKind.COMPLETED
 
 
 def test_seed_turn2_text_aggregation() -> None:

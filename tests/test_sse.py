@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxai.sse import SSEFrame, SSEFramer, SSEFrameTooLarge
+from proxai.sse import SSEFrame, SSEFramer
 
 
 def frame_all(chunks: list[bytes]) -> tuple[list[SSEFrame], bytes]:
@@ -95,11 +95,17 @@ def test_unfinished_event_is_returned_by_close() -> None:
     assert tail == b"data: 2\n"
 
 
-def test_frame_size_limit() -> None:
-    framer = SSEFramer(max_frame_bytes=16)
-    assert framer.feed(b"data: 12345\n\n") != []
-    with pytest.raises(SSEFrameTooLarge):
-        framer.feed(b"data: " + b"x" * 20)
+def test_pending_counts_the_unfinished_frame() -> None:
+    framer = SSEFramer()
+    assert framer.feed(b"data: 12345\n\ndata: xx") != []
+    assert framer.pending == len(b"data: xx")
+    framer.feed(b"x" * 20)
+    assert framer.pending == len(b"data: xx") + 20
+
+
+def test_lines_that_are_no_sse_field_are_flagged() -> None:
+    frames, _ = frame_all([b"<html>\n\ndata: 1\nid: 3\nretry: 5\n\nHTTP/1.1 500 oops\ndata: 2\n\n"])
+    assert [(f.data, f.unknown) for f in frames] == [(None, True), (b"1", False), (b"2", True)]
 
 
 # --- properties -------------------------------------------------------------------------
