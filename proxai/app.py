@@ -12,7 +12,9 @@ import logging
 from collections.abc import Callable
 from functools import partial
 from typing import Any
+from urllib.parse import unquote
 
+import orjson
 import trio
 
 from .anthropic.observer import MessagesObserver
@@ -106,13 +108,16 @@ class ProxaiApp:
             await send({"type": "http.response.body", "body": body if method == "GET" else b""})
             return
         headers: list[tuple[bytes, bytes]] = list(scope["headers"])
+        raw_path: bytes = scope.get("raw_path") or path.encode()
         protocol = self._protocol_for(path, headers)
         shape = (
             ErrorShape.ANTHROPIC if protocol is Protocol.ANTHROPIC_MESSAGES else ErrorShape.OPENAI
         )
         outcome = Outcome(method, path)
         try:
-            client = self._client_for(method, path, protocol)
+            client = self._client_for(
+                method, path, scope.get("raw_path") or path.encode(), protocol
+            )
             outcome.upstream = client.name
             body = await self._read_body(scope, receive)
             body, observer_factory, streaming = self._prepare(method, path, body, client, outcome)
@@ -126,6 +131,7 @@ class ProxaiApp:
         request = ProxiedRequest(
             method,
             path,
+            raw_path,
             scope.get("query_string", b""),
             headers,
             body,
@@ -154,8 +160,17 @@ class ProxaiApp:
             return Protocol.ANTHROPIC_MESSAGES
         return Protocol.OPENAI
 
-    def _client_for(self, method: str, path: str, protocol: Protocol) -> UpstreamClient:
-        if not (path == "/v1" or path.startswith("/v1/")):
+    def _client_for(
+        self, method: str, path: str, raw_path: bytes, protocol: Protocol
+    ) -> UpstreamClient:
+        decoded = unquote(raw_path.decode("latin-1"))
+        if any(segment in (".", "..") for segment in decoded.split("/")):
+            # Forwarded as sent, a dot segment could reach outside the upstream's /v1.
+            raise ProxyError.invalid_request(
+                f"invalid path {decoded!r}: '.' and '..' segments are not allowed",
+                code="invalid_path",
+            )
+        if not (path == "/v1" or path.startswith("/v1/")) or not raw_path.startswith(b"/v1"):
             raise ProxyError(
                 404,
                 f"no route for {method} {path}: proxai serves /v1/... and /healthz",
@@ -182,12 +197,17 @@ class ProxaiApp:
         """Check and project the body of a generation request; pick its observer.
 
         Returns the body to send (normalized, or the original bytes), the observer
-        factory for an event-stream answer, and whether the client asked to stream.
+        factory for an event-stream answer, and whether ``first_byte`` applies: to
+        requests that ask for a stream or carry no body, not to a generation that
+        answers only once it is whole.
         """
-        if method != "POST" or path not in JSON_ROUTES:
-            return body, PassThroughObserver, True
-        data = load_json_object(body)
         timeouts = self.config.timeouts
+        if method == "GET" and path.startswith("/v1/responses/"):
+            # GET /v1/responses/{id}?stream=true resumes a background response's stream.
+            return body, partial(ResponsesObserver, timeouts, None), True
+        if method != "POST" or path not in JSON_ROUTES:
+            return body, PassThroughObserver, not body or _asks_for_a_stream(body)
+        data = load_json_object(body)
         factory: Callable[[], StreamObserver]
         if path == "/v1/responses":
             projection = project_request(data)
@@ -251,6 +271,17 @@ class ProxaiApp:
             code="request_timeout",
             kind=OutcomeKind.REQUEST_BODY_TIMEOUT,
         )
+
+
+def _asks_for_a_stream(body: bytes) -> bool:
+    """Whether a body on another route is a JSON object with ``"stream": true``."""
+    if not body.lstrip().startswith(b"{"):
+        return False
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(data, dict) and data.get("stream") is True
 
 
 def _too_large(limit: int) -> ProxyError:

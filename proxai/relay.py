@@ -63,7 +63,8 @@ class ProxiedRequest:
     """What the client asked for, as the relay forwards it."""
 
     method: str
-    path: str
+    path: str  # decoded, for routing and records
+    raw_path: bytes  # as the client encoded it, for forwarding
     query: bytes
     headers: Headers
     body: bytes
@@ -102,8 +103,13 @@ class _End:
     detail: str | None = None
 
 
-class _ClientStalled(Exception):
-    """The writer has been blocked on the client for ``timeouts.client_write``."""
+class _WriterBlocked(Exception):
+    """The writer has been blocked on the client too long: ``client_stalled``
+    (``timeouts.client_write``) or ``total_timeout``."""
+
+    def __init__(self, kind: OutcomeKind) -> None:
+        super().__init__(kind.value)
+        self.kind = kind
 
 
 _ToObserver = _Head | _Body | _End | ProxyError
@@ -174,6 +180,8 @@ _UPSTREAM_ENDS = frozenset(_UPSTREAM_END_CODES)
 _TIMEOUTS = frozenset(
     {OutcomeKind.STALLED_IDLE, OutcomeKind.STALLED_TOOL_ARGUMENTS, OutcomeKind.TOTAL_TIMEOUT}
 )
+#: Ends that leave the client's response cut short.
+_FAULTS = _UPSTREAM_ENDS | _TIMEOUTS | {OutcomeKind.CLIENT_STALLED}
 
 
 def _error_before_first_byte(verdict: Verdict) -> ProxyError:
@@ -211,6 +219,10 @@ class Relay:
         self._writing_since: float | None = None
         #: Closing bytes the writer sends once a stalled client reads again.
         self._after_stall: bytes | None = None
+        #: End the response without its final message: hypercorn then closes the
+        #: connection, and the client sees the body broken, as the upstream's was.
+        self._abort = False
+        self._observer: StreamObserver = PassThroughObserver()
         self._upstream = upstream
         self._timeouts = timeouts
         self._request = request
@@ -271,7 +283,7 @@ class Relay:
                         response = await stack.enter_async_context(
                             self._upstream.open(
                                 request.method,
-                                request.path,
+                                request.raw_path,
                                 request.query,
                                 request.headers,
                                 request.body,
@@ -346,37 +358,46 @@ class Relay:
             assert isinstance(head, _Head)
             self.outcome.status = head.status
             self.outcome.streaming = head.sse
-            observer = self._observer_factory() if head.sse else PassThroughObserver()
-            observer.on_start(head.at)
+            self._observer = self._observer_factory() if head.sse else PassThroughObserver()
+            self._observer.on_start(head.at)
             await client.send(head)
             try:
-                verdict, forwarded = await self._relay_body(upstream, client, observer)
-            except _ClientStalled:
-                # The client read nothing for client_write: let go of the upstream now;
-                # the writer delivers the protocol's terminal if the client ever reads.
+                verdict, forwarded = await self._relay_body(upstream, client)
+            except _WriterBlocked as blocked:
+                # The client has accepted nothing for too long: let go of the upstream
+                # now; the writer delivers the closing bytes if the client ever reads.
                 self._reader_scope.cancel()
-                verdict, forwarded = observer.on_client_stalled(self._timeouts.client_write), True
+                if blocked.kind is OutcomeKind.CLIENT_STALLED:
+                    verdict = self._observer.on_client_stalled(self._timeouts.client_write)
+                else:
+                    verdict = self._observer.on_total_timeout(self._clock.now())
+                forwarded = True
                 self._after_stall = verdict.closing
             if not 200 <= head.status < 300 and verdict.kind is OutcomeKind.COMPLETED:
                 verdict = Verdict(OutcomeKind.UPSTREAM_ERROR, f"upstream answered {head.status}")
-            observer.fill(self.outcome)
+            self._observer.fill(self.outcome)
             self.outcome.kind = verdict.kind
             self.outcome.detail = verdict.detail
             if not forwarded and (verdict.closing or verdict.kind in _TIMEOUTS):
                 error = _error_before_first_byte(verdict)
                 self.outcome.status = error.status
                 await client.send(error)
-            elif verdict.closing and self._after_stall is None:
+                return
+            if verdict.closing and self._after_stall is None:
                 try:
                     await self._to_writer(client, verdict.closing)
-                except _ClientStalled:
+                except _WriterBlocked:
                     self._after_stall = verdict.closing
+            elif not verdict.closing and verdict.kind in _FAULTS:
+                # Nothing in the protocol's shape to say it (no observer knows this
+                # body): end the response as broken, as the upstream's was, so the
+                # client cannot take a cut-short body for a whole one.
+                self._abort = True
 
     async def _relay_body(
         self,
         upstream: trio.MemoryReceiveChannel[_ToObserver],
         client: trio.MemorySendChannel[_ToWriter],
-        observer: StreamObserver,
     ) -> tuple[Verdict, bool]:
         """Forward body bytes until the upstream ends or a deadline passes.
 
@@ -384,22 +405,24 @@ class Relay:
         """
         forwarded = False
         while True:
-            message = await self._next_message(upstream, observer)
+            message = await self._next_message(upstream, self._observer)
             if message is None:  # a deadline passed first
                 self._reader_scope.cancel()
                 if trio.current_time() >= self._total_deadline:
-                    return observer.on_total_timeout(self._clock.now()), forwarded
-                return observer.on_deadline(self._clock.now()), forwarded
+                    return self._observer.on_total_timeout(self._clock.now()), forwarded
+                return self._observer.on_deadline(self._clock.now()), forwarded
             if isinstance(message, _Body):
                 if message.frames:
                     self._count(message.frames)
-                observer.on_frames(message.frames, message.at)
+                self._observe_frames(message)
                 if message.data:
                     forwarded = True
                     await self._to_writer(client, message.data)
                 continue
             assert isinstance(message, _End)
-            verdict = observer.on_end(fault=message.fault, detail=message.detail, now=message.at)
+            verdict = self._observer.on_end(
+                fault=message.fault, detail=message.detail, now=message.at
+            )
             # An unfinished last event is forwarded when proxai adds nothing after
             # it (the client's parser drops it, as it would have without proxai);
             # it is dropped when proxai appends an event, which must start at a
@@ -409,9 +432,19 @@ class Relay:
                 await self._to_writer(client, message.tail)
             return verdict, forwarded
 
+    def _observe_frames(self, message: _Body) -> None:
+        """Feed the observer; if it fails on odd input, relay on without it."""
+        try:
+            self._observer.on_frames(message.frames, message.at)
+        except Exception as exc:
+            self.outcome.anomalies.append(
+                f"observer failed ({type(exc).__name__}: {exc}); relaying without it"
+            )
+            self._observer = PassThroughObserver()
+
     async def _to_writer(self, client: trio.MemorySendChannel[_ToWriter], data: bytes) -> None:
-        """Hand bytes to the writer; raise :class:`_ClientStalled` if the client has
-        accepted nothing for ``client_write`` seconds meanwhile.
+        """Hand bytes to the writer; raise :class:`_WriterBlocked` if the client has
+        accepted nothing for ``client_write`` seconds, or ``total`` passes, meanwhile.
 
         Hypercorn shields its socket writes, so a writer blocked on a client that
         does not read cannot be cancelled; the upstream must not wait with it.
@@ -426,11 +459,13 @@ class Relay:
             since = self._writing_since
             if since is None:  # between two sends: it gets a full period from now
                 since = trio.current_time()
-            with trio.move_on_at(since + self._timeouts.client_write):
+            with trio.move_on_at(min(since + self._timeouts.client_write, self._total_deadline)):
                 await client.send(data)
                 return
+            if trio.current_time() >= self._total_deadline:
+                raise _WriterBlocked(OutcomeKind.TOTAL_TIMEOUT)
             if self._writing_since == since:
-                raise _ClientStalled
+                raise _WriterBlocked(OutcomeKind.CLIENT_STALLED)
 
     async def _next_message(
         self,
@@ -490,9 +525,10 @@ class Relay:
                     if self._after_stall:
                         await self._send_body(self._after_stall)
                     self._delivered = True
-                    await self._asgi_send(
-                        {"type": "http.response.body", "body": b"", "more_body": False}
-                    )
+                    if not self._abort:
+                        await self._asgi_send(
+                            {"type": "http.response.body", "body": b"", "more_body": False}
+                        )
             if isinstance(message, ProxyError):
                 self.outcome.status = message.status
                 self._delivered = True

@@ -59,6 +59,7 @@ class SSEFramer:
         "_event",
         "_frame_start",
         "_scan",
+        "_searched",
         "_skip_lf",
         "_unknown",
     )
@@ -67,6 +68,7 @@ class SSEFramer:
         self._buf = bytearray()
         self._frame_start = 0  # offset in _buf where the frame being built starts
         self._scan = 0  # offset in _buf of the first unparsed line
+        self._searched = 0  # offset in _buf up to which no line end was found
         self._event: str | None = None
         self._data: list[bytes] | None = None
         self._skip_lf = False  # the previous chunk ended with CR: a leading LF belongs to it
@@ -94,9 +96,12 @@ class SSEFramer:
                 # counted, kept as leading bytes of the frame being built.
                 pos += 1
         end = len(buf)
+        # Bytes of an unfinished line already searched need no second look: a line
+        # that arrives in many reads is scanned once, not once per read.
+        search = max(pos, self._searched)
         while pos < end:
-            lf = buf.find(b"\n", pos)
-            cr = buf.find(b"\r", pos, lf if lf >= 0 else end)
+            lf = buf.find(b"\n", search)
+            cr = buf.find(b"\r", search, lf if lf >= 0 else end)
             if cr >= 0:
                 line_end = cr
                 if cr + 1 < end:
@@ -110,13 +115,15 @@ class SSEFramer:
             else:
                 break
             frame = self._line(buf, pos, line_end, nxt)
-            pos = nxt
+            pos = search = nxt
             if frame is not None:
                 frames.append(frame)
         self._scan = pos
+        self._searched = end
         if self._frame_start:
             del buf[: self._frame_start]
             self._scan -= self._frame_start
+            self._searched -= self._frame_start
             self._frame_start = 0
         return frames
 
@@ -128,7 +135,7 @@ class SSEFramer:
         """
         tail = bytes(self._buf[self._frame_start :])
         self._buf.clear()
-        self._frame_start = self._scan = 0
+        self._frame_start = self._scan = self._searched = 0
         self._event = None
         self._data = None
         self._unknown = False

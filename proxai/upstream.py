@@ -67,7 +67,7 @@ class UpstreamClient:
     ) -> None:
         self.config = upstream
         self.name = name
-        self._base_url = upstream.url
+        self._base = httpx.URL(upstream.url)
         self._auth = _auth_header(upstream)
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(None, connect=timeouts.connect),
@@ -80,19 +80,23 @@ class UpstreamClient:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    def url_for(self, path: str, query: bytes) -> str:
-        """``/v1/responses`` on proxai maps to ``{base_url}/responses`` upstream."""
-        suffix = path[3:] if path.startswith("/v1") else path
-        url = self._base_url + suffix
+    def url_for(self, raw_path: bytes, query: bytes) -> httpx.URL:
+        """``/v1/responses`` on proxai maps to ``{base_url}/responses`` upstream.
+
+        The path goes out as the client encoded it (``%2F`` stays ``%2F``): decoding
+        and re-encoding could turn an escaped ``?`` or ``/`` into a real one.
+        """
+        suffix = raw_path[3:] if raw_path.startswith(b"/v1") else raw_path
+        target = self._base.raw_path.rstrip(b"/") + suffix
         if query:
-            url += "?" + query.decode("latin-1")
-        return url
+            target += b"?" + query
+        return self._base.copy_with(raw_path=target)
 
     @asynccontextmanager
     async def open(
         self,
         method: str,
-        path: str,
+        raw_path: bytes,
         query: bytes,
         client_headers: Iterable[tuple[bytes, bytes]],
         body: bytes,
@@ -103,7 +107,7 @@ class UpstreamClient:
         """
         headers = request_headers_for_upstream(client_headers, self._auth)
         request = self._client.build_request(
-            method, self.url_for(path, query), headers=headers, content=body
+            method, self.url_for(raw_path, query), headers=headers, content=body
         )
         try:
             response = await self._client.send(request, stream=True)

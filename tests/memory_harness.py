@@ -41,6 +41,9 @@ class Exchange:
     headers: list[tuple[bytes, bytes]] = attrs.field(factory=list)
     chunks: list[tuple[float, bytes]] = attrs.field(factory=list)
     ended_at: float | None = None
+    #: The app returned without ending the body: a real server closes the connection
+    #: and the client sees the response broken.
+    aborted: bool = False
     outcome: Outcome | None = None
 
     @property
@@ -109,6 +112,7 @@ class MemoryProxy:
         read_delay: float | Callable[[int], float] = 0.0,
         disconnect_after: float | None = None,
         headers: Sequence[tuple[bytes, bytes]] = (),
+        method: str = "POST",
     ) -> Exchange:
         """One request; ``read_delay`` makes the client take that long to accept each
         body message (a slow reader), or the n-th message when it is a function of n;
@@ -127,6 +131,7 @@ class MemoryProxy:
             return {"type": "http.disconnect"}
 
         async def send(message: dict[str, Any]) -> None:
+            await trio.lowlevel.checkpoint()  # a real server's send() yields
             if message["type"] == "http.response.start":
                 exchange.status = message["status"]
                 exchange.headers = list(message["headers"])
@@ -142,7 +147,7 @@ class MemoryProxy:
 
         scope = {
             "type": "http",
-            "method": "POST",
+            "method": method,
             "path": path,
             "query_string": b"",
             "headers": [(b"content-type", b"application/json"), *headers],
@@ -156,6 +161,9 @@ class MemoryProxy:
 
                 nursery.start_soon(hang_up)
             await self.app(scope, receive, send)
+            if exchange.ended_at is None and exchange.status is not None and not gone.is_set():
+                exchange.aborted = True
+                exchange.ended_at = trio.current_time()
             nursery.cancel_scope.cancel()
         exchange.outcome = self.outcomes[-1]
         return exchange

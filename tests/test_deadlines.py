@@ -138,13 +138,13 @@ async def test_stall_mid_arguments_fires_tool_arguments_at_its_time(
             "upstream stalled for 20.0 s while streaming arguments of function_call get_weather "
             "(call_weather_01)",
         ),
-        # arguments.done arrived but output_item.done did not: the item is still guarded
+        # arguments.done arrived but output_item.done did not: only idle is left
         (
             8,
-            OutcomeKind.STALLED_TOOL_ARGUMENTS,
-            20.0,
-            "upstream stalled for 20.0 s while streaming arguments of function_call get_weather "
-            "(call_weather_01)",
+            OutcomeKind.STALLED_IDLE,
+            30.0,
+            "upstream sent nothing for 30.0 s while streaming output of function_call "
+            "get_weather (call_weather_01)",
         ),
         # every item done, no terminal event
         (9, OutcomeKind.STALLED_IDLE, 30.0, "upstream sent nothing for 30.0 s (after 9 events)"),
@@ -244,6 +244,59 @@ async def test_parallel_calls_are_each_guarded(autojump_clock: MockClock) -> Non
     assert exchange.events()[-2]["message"].endswith("of function_call tool_0 (call_0)")
     calls = [(c.name, c.arguments_length) for c in exchange.outcome.calls]
     assert calls == [("tool_0", 4), ("tool_1", 6)]  # call 1's deltas at 8, 11, ..., 23
+
+
+@pytest.mark.parametrize("keepalives", [False, True])
+async def test_a_hosted_mcp_tool_running_after_its_arguments_is_no_stall(
+    autojump_clock: MockClock, keepalives: bool
+) -> None:
+    item = {
+        "type": "mcp_call",
+        "id": "mcp_1",
+        "name": "roll",
+        "server_label": "dice",
+        "arguments": "",
+    }
+    start = [
+        CREATED,
+        sse_event({"type": "response.output_item.added", "output_index": 0, "item": item}),
+        sse_event(
+            {
+                "type": "response.mcp_call_arguments.delta",
+                "output_index": 0,
+                "item_id": "mcp_1",
+                "delta": "{}",
+            }
+        ),
+        sse_event(
+            {
+                "type": "response.mcp_call_arguments.done",
+                "output_index": 0,
+                "item_id": "mcp_1",
+                "arguments": "{}",
+            }
+        ),
+    ]
+    # the server runs the tool: 25 s of silence, or 60 s with keepalives every 10 s
+    wait: list[Any] = [Sleep(25)]
+    if keepalives:
+        wait = [step for _ in range(6) for step in (Sleep(10), Send(b": keepalive\n\n"))]
+    end = [
+        sse_event({"type": "response.mcp_call.completed", "output_index": 0, "item_id": "mcp_1"}),
+        sse_event(
+            {
+                "type": "response.output_item.done",
+                "output_index": 0,
+                "item": {**item, "arguments": "{}", "status": "completed"},
+            }
+        ),
+        sse_event(TURN1_EVENTS[-1]),
+    ]
+    script = Script(steps=[Send(b"".join(start)), *wait, Send(b"".join(end))])
+    async with MemoryProxy([script]) as proxy:
+        exchange = await proxy.request(TURN1_REQUEST)
+    assert exchange.body == script.body
+    assert exchange.outcome is not None and exchange.outcome.kind is OutcomeKind.COMPLETED
 
 
 async def test_a_finished_call_does_not_end_guarding_of_the_next(autojump_clock: MockClock) -> None:
@@ -429,9 +482,10 @@ async def test_total_bounds_streams_without_an_observer(
     if first_gap:  # nothing reached the client yet: a plain 504
         assert exchange.status == 504
         assert exchange.json()["error"]["code"] == "upstream_timeout"
-    else:  # cut at a boundary, nothing appended (no observer knows this route's protocol)
+    else:  # cut at a boundary and ended broken: no observer knows this route's protocol
         assert exchange.status == 200
         assert exchange.body == chunk * 3
+        assert exchange.aborted
 
 
 @pytest.mark.parametrize("path", ["/v1/responses", "/v1/chat/completions"])
@@ -538,3 +592,92 @@ async def test_client_disconnect_mid_stall_ends_everything_at_once(
     assert exchange.outcome is not None and exchange.outcome.kind is OutcomeKind.CLIENT_DISCONNECTED
     assert exchange.outcome.total_s == 7.0
     assert trio.current_time() - exchange.started_at == 7.0
+
+
+# --- odd but plausible upstream input (found in review) ------------------------------------
+
+
+async def test_an_empty_event_field_is_the_default_type(autojump_clock: MockClock) -> None:
+    # "event:" with nothing after it names no type: parsers use "message", so does proxai.
+    stream = b"".join(
+        sse_event(e).replace(f"event: {e['type']}".encode(), b"event:") for e in TURN2_EVENTS
+    )
+    async with MemoryProxy([Script(steps=[Send(stream)])]) as proxy:
+        exchange = await proxy.request(TURN2_REQUEST)
+    assert exchange.body == stream
+    assert exchange.outcome is not None and exchange.outcome.kind is OutcomeKind.COMPLETED
+
+
+async def test_a_call_added_without_output_index_is_still_guarded(
+    autojump_clock: MockClock,
+) -> None:
+    added_no_index = sse_event({"type": "response.output_item.added", "item": call_item(0)})
+    delta_by_id = sse_event(
+        {"type": "response.function_call_arguments.delta", "item_id": "fc_0", "delta": "{"}
+    )
+    steps: list[Any] = [Send(CREATED + added_no_index + delta_by_id)]
+    for _ in range(10):
+        steps += [Sleep(5), Send(b": ping\n\n")]
+    async with MemoryProxy([Script(steps=steps)]) as proxy:
+        exchange = await proxy.request(TURN1_REQUEST)
+    assert exchange.elapsed == 20.0
+    assert exchange.outcome is not None
+    assert exchange.outcome.kind is OutcomeKind.STALLED_TOOL_ARGUMENTS
+    assert exchange.outcome.stalled_item == "function_call tool_0 (call_0)"
+    assert exchange.outcome.anomalies == []
+
+
+async def test_an_odd_final_output_does_not_break_a_completed_stream(
+    autojump_clock: MockClock,
+) -> None:
+    completed = {
+        **TURN2_EVENTS[-1],
+        "response": {**TURN2_EVENTS[-1]["response"], "output": [{"id": ["x"], "type": {"a": 1}}]},
+    }
+    stream = turn_bytes([*TURN2_EVENTS[:-1], completed])
+    async with MemoryProxy([Script(steps=[Send(stream)])]) as proxy:
+        exchange = await proxy.request(TURN2_REQUEST)
+    assert exchange.body == stream
+    assert exchange.outcome is not None and exchange.outcome.kind is OutcomeKind.COMPLETED
+
+
+async def test_an_observer_that_fails_is_dropped_not_the_stream(
+    autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from proxai.responses.observer import ResponsesObserver
+
+    def broken(self: ResponsesObserver, frame: Any, now: float) -> None:
+        raise RuntimeError("observer bug")
+
+    monkeypatch.setattr(ResponsesObserver, "_apply", broken)
+    async with MemoryProxy([Script.sse(TURN1_EVENTS)]) as proxy:
+        exchange = await proxy.request(TURN1_REQUEST)
+    assert exchange.body == TURN1
+    assert exchange.outcome is not None
+    assert exchange.outcome.kind is OutcomeKind.COMPLETED
+    assert exchange.outcome.anomalies == [
+        "observer failed (RuntimeError: observer bug); relaying without it"
+    ]
+
+
+async def test_a_background_response_resumed_by_get_is_observed(autojump_clock: MockClock) -> None:
+    async with MemoryProxy([Script.sse(TURN1_EVENTS[:6], then=[Stall()])]) as proxy:
+        exchange = await proxy.request(b"", path="/v1/responses/resp_01", method="GET")
+    assert exchange.elapsed == 20.0
+    assert exchange.outcome is not None
+    assert exchange.outcome.kind is OutcomeKind.STALLED_TOOL_ARGUMENTS
+
+
+async def test_a_non_streaming_post_on_another_route_waits_up_to_total(
+    autojump_clock: MockClock,
+) -> None:
+    script = Script(
+        before_head=[Sleep(200)],
+        headers=(("content-type", "application/json"),),
+        steps=[Send(b"{}")],
+    )
+    async with MemoryProxy([script]) as proxy:
+        exchange = await proxy.request(
+            {"model": "gpt-image-1", "prompt": "a run"}, path="/v1/images/generations"
+        )
+    assert (exchange.status, exchange.body, exchange.elapsed) == (200, b"{}", 200.0)

@@ -225,6 +225,48 @@ async def test_other_v1_requests_are_forwarded_unchanged(
     )
 
 
+@pytest.mark.parametrize(
+    "target", ["/v1/files/a%2Fb/content", "/v1/files/a%3Fx=1", "/v1/vector_stores/vs%201?q=%22x%22"]
+)
+async def test_the_path_goes_out_as_the_client_encoded_it(
+    start_upstream: Any, proxai_for: Any, target: str
+) -> None:
+    upstream = await start_upstream([Script.json({})])
+    async with proxai_for(upstream) as px, httpx.AsyncClient() as client:
+        url = httpx.URL(px.url).copy_with(raw_path=target.encode())
+        response = await client.get(url)
+    assert response.status_code == 200
+    assert upstream.requests[0].target == target
+
+
+async def raw_get(url: str, target: str) -> bytes:
+    """A GET sent byte for byte (httpx would normalize a literal dot segment away)."""
+    parsed = httpx.URL(url)
+    assert parsed.port is not None
+    stream = await trio.open_tcp_stream(parsed.host, parsed.port)
+    async with stream:
+        request = f"GET {target} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+        await stream.send_all(request.encode())
+        response = b""
+        while chunk := await stream.receive_some():
+            response += chunk
+    return response
+
+
+@pytest.mark.parametrize(
+    "target", ["/v1/files/../../admin", "/v1/files/%2e%2e/%2E%2E/admin", "/v1/./x", "/v1/a/%2E/b"]
+)
+async def test_dot_segments_cannot_climb_out_of_the_upstream(
+    start_upstream: Any, proxai_for: Any, target: str
+) -> None:
+    upstream = await start_upstream([Script.json({})])
+    async with proxai_for(upstream) as px:
+        response = await raw_get(px.url, target)
+    assert response.startswith(b"HTTP/1.1 400 ")
+    assert b'"code":"invalid_path"' in response
+    assert upstream.requests == []
+
+
 async def test_upstream_error_status_body_and_headers_pass_through(
     start_upstream: Any, proxai_for: Any
 ) -> None:
@@ -306,10 +348,11 @@ async def test_unreachable_upstream_is_502(proxai_for: Any) -> None:
     await listener.aclose()  # nothing listens there now
     async with proxai_for(f"http://127.0.0.1:{port}/v1") as px, httpx.AsyncClient() as client:
         response = await client.post(px.base_url + "/responses", json={"model": "m"})
+        (outcome,) = await px.wait_for_outcomes(1)
     assert response.status_code == 502
     assert response.json()["error"]["type"] == "server_error"
     assert response.json()["error"]["code"] == "upstream_unreachable"
-    assert (await px.wait_for_outcomes(1))[0].kind is OutcomeKind.UPSTREAM_UNREACHABLE
+    assert outcome.kind is OutcomeKind.UPSTREAM_UNREACHABLE
 
 
 @pytest.mark.parametrize("before_head", [[Stall()], [Sleep(5)]])
@@ -373,18 +416,37 @@ async def test_upstream_reset_mid_responses_stream_gets_a_terminal(
     assert outcome.kind is OutcomeKind.UPSTREAM_RESET
 
 
-async def test_unobserved_stream_passes_an_unfinished_last_event_on(
-    start_upstream: Any, proxai_for: Any
+@pytest.mark.parametrize(
+    ("path", "script"),
+    [
+        # an event stream no observer knows (a vendor route): the last event unfinished
+        (
+            "/vendor/stream",
+            Script.sse([b'data: {"choices":[]}\n\n'], then=[Send(b"data: {"), Reset()]),
+        ),
+        # a chunked JSON body (no Content-Length) cut short
+        (
+            "/embeddings",
+            Script(
+                headers=(("content-type", "application/json"),), steps=[Send(b'{"data":['), Reset()]
+            ),
+        ),
+    ],
+)
+async def test_a_body_cut_short_upstream_is_broken_for_the_client_too(
+    start_upstream: Any, proxai_for: Any, path: str, script: Script
 ) -> None:
-    # No observer watches this route: proxai appends nothing, so the unfinished
-    # event goes out as the upstream sent it, and a client's parser discards it as it
-    # would without proxai.
-    chunk = b'data: {"choices":[]}\n\n'
-    upstream = await start_upstream([Script.sse([chunk], then=[Send(b"data: {"), Reset()])])
+    # No observer can append an error in this body's own shape: proxai ends its
+    # response broken, as the upstream's was, instead of as a whole 200.
+    upstream = await start_upstream([script])
+    received = b""
     async with proxai_for(upstream) as px, httpx.AsyncClient() as client:
-        response = await client.post(px.base_url + "/vendor/stream", json={})
+        with pytest.raises(httpx.RemoteProtocolError):
+            async with client.stream("POST", px.base_url + path, json={}) as response:
+                async for piece in response.aiter_raw():
+                    received += piece
         (outcome,) = await px.wait_for_outcomes(1)
-    assert response.content == chunk + b"data: {"
+    assert received == script.body  # every byte the upstream sent, then the break
     assert outcome.kind is OutcomeKind.UPSTREAM_RESET
 
 

@@ -90,16 +90,16 @@ class OutputItem:
 
 @attrs.frozen
 class OutputItemAdded:
-    output_index: int
     item: OutputItem
+    output_index: int | None = None  # required by the spec; absent on some servers
     sequence_number: int | None = None
     type: str = "response.output_item.added"
 
 
 @attrs.frozen
 class OutputItemDone:
-    output_index: int
     item: OutputItem
+    output_index: int | None = None
     sequence_number: int | None = None
     type: str = "response.output_item.done"
 
@@ -217,7 +217,7 @@ def _opt_str(value: Any) -> str | None:
 def parse_event(frame: SSEFrame) -> StreamEvent:
     """Classify one dispatched SSE event (``frame.data`` is not ``None``)."""
     kind = frame.event
-    if kind is not None and kind != "message" and kind not in _NEEDED:
+    if kind and kind != "message" and kind not in _NEEDED:  # "" is the default type too
         return OtherEvent(kind)
     assert frame.data is not None
     try:

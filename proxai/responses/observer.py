@@ -26,6 +26,7 @@ silent. ``total`` is a wall-clock limit and lives in the relay.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Hashable
 from typing import Any
 
 import orjson
@@ -123,9 +124,10 @@ class ResponsesObserver(TrackingObserver):
     def __init__(self, timeouts: TimeoutsConfig, request: RequestProjection | None = None) -> None:
         super().__init__(timeouts)
         self._model = request.model if request else None
-        self._items: dict[int, TrackedItem] = {}  # every item ever opened, by output_index
-        self._index_of_id: dict[str, int] = {}
-        self._texts: dict[tuple[int, int], list[str]] = {}
+        # Every item ever opened, by output_index (or by id where a server sends no index).
+        self._items: dict[Hashable, TrackedItem] = {}
+        self._index_of_id: dict[str, Hashable] = {}
+        self._texts: dict[tuple[Hashable, int], list[str]] = {}
         self._snapshot: dict[str, Any] | None = None
         self._last_sequence: int | None = None
         self._since_sequence = 0  # events after the last one that carried a sequence_number
@@ -157,7 +159,10 @@ class ResponsesObserver(TrackingObserver):
             case ArgumentsDone():
                 item = self._item_for(event.output_index, event.item_id, event.type)
                 if item is not None:
-                    item.last_progress = now
+                    # The arguments are complete: what follows (a hosted MCP tool
+                    # running, say) may take long, and only idle bounds it.
+                    item.guarded = False
+                    item.streams = "output"
                     self._compare(f"{item.label}: {event.type}", item.aggregate, event.value)
             case TextDone():
                 index = self._index_for(event.output_index, event.item_id)
@@ -181,7 +186,7 @@ class ResponsesObserver(TrackingObserver):
             case MalformedEvent():
                 self._anomalies.append(f"{event.type or 'untyped'} event: {event.reason}")
 
-    def _index_for(self, output_index: int | None, item_id: str | None) -> int | None:
+    def _index_for(self, output_index: int | None, item_id: str | None) -> Hashable | None:
         if output_index is not None:
             return output_index
         if item_id is not None:
@@ -197,7 +202,13 @@ class ResponsesObserver(TrackingObserver):
             self._anomalies.append(f"{what} for an item that is not open (output_index {index})")
         return item
 
-    def _add(self, index: int, item: OutputItem, now: float) -> None:
+    def _add(self, output_index: int | None, item: OutputItem, now: float) -> None:
+        index: Hashable = output_index
+        if index is None:
+            if not item.id:
+                self._anomalies.append(f"output_item.added ({item.type}) with no index and no id")
+                return
+            index = ("id", item.id)
         streams = GUARDED_ITEM_TYPES.get(item.type, "text" if item.type == "message" else "output")
         tracked = TrackedItem(
             key=index,
@@ -217,8 +228,9 @@ class ResponsesObserver(TrackingObserver):
         if item.id:
             self._index_of_id[item.id] = index
 
-    def _done(self, index: int, item: OutputItem) -> None:
-        tracked = self._close_item(index)
+    def _done(self, output_index: int | None, item: OutputItem) -> None:
+        index = self._index_for(output_index, item.id)
+        tracked = self._close_item(index) if index is not None else None
         if tracked is None:
             self._anomalies.append(f"output_item.done for output_index {index}, which is not open")
             return
@@ -231,10 +243,13 @@ class ResponsesObserver(TrackingObserver):
         if not isinstance(output, list):
             return
         for position, entry in enumerate(output):
-            if not isinstance(entry, dict):
+            if not isinstance(entry, dict) or not isinstance(entry.get("type"), str):
                 continue
-            index = self._index_of_id.get(entry.get("id") or "", position)
-            kind = entry.get("type")
+            entry_id = entry.get("id")
+            index = (
+                self._index_of_id.get(entry_id, position) if isinstance(entry_id, str) else position
+            )
+            kind = entry["type"]
             item = self._items.get(index)
             if kind in GUARDED_ITEM_TYPES and item is not None and item.type == kind:
                 final = entry.get("input" if kind == "custom_tool_call" else "arguments")
@@ -265,15 +280,15 @@ class ResponsesObserver(TrackingObserver):
         )
 
     @property
-    def function_calls(self) -> dict[int, dict[str, str | None]]:
+    def function_calls(self) -> dict[Hashable, dict[str, str | None]]:
         """The seed's ``function_calls[item] = {call_id, name, arguments}``, by output_index."""
         return {
             index: {"call_id": item.call_id, "name": item.name, "arguments": item.aggregate}
-            for index, item in sorted(self._items.items())
+            for index, item in self._items.items()
             if item.type == "function_call"
         }
 
     @property
-    def texts(self) -> dict[tuple[int, int], str]:
+    def texts(self) -> dict[tuple[Hashable, int], str]:
         """The seed's ``text[(output_index, content_index)]``."""
         return {key: "".join(parts) for key, parts in self._texts.items()}
