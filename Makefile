@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-clients lint typecheck check clean
+.PHONY: demo test test-clients lint typecheck check clean reliability-doc
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ test-clients: $(STAMP)
 	cd tests/clients && if [ -f package-lock.json ]; then npm ci --no-audit --no-fund; \
 		else npm install --no-audit --no-fund; fi
 	$(BIN)/python tests/clients/run_clients.py
+
+## reliability-doc: regenerate docs/reliability.md from the fault matrix
+reliability-doc: $(STAMP)
+	$(BIN)/python -m tests.faults.render --write
 
 ## lint / typecheck: ruff and mypy --strict
 lint: $(STAMP)

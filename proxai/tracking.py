@@ -31,6 +31,9 @@ __all__ = ["AFTER_TERMINAL_GRACE", "TrackedItem", "TrackingObserver"]
 #: After its terminal event a stream has nothing left to say: if the upstream does
 #: not hang up within this many seconds, proxai ends the response itself.
 AFTER_TERMINAL_GRACE = 1.0
+#: Anomalies kept per stream (the rest are counted): a stream of garbage must not
+#: grow the record without bound.
+MAX_ANOMALIES = 20
 
 
 @attrs.define
@@ -73,6 +76,7 @@ class TrackingObserver(StreamObserver):
         self._terminal_detail: str | None = None
         self._stalled: TrackedItem | None = None
         self._anomalies: list[str] = []
+        self._anomalies_dropped = 0
         self._comparisons = 0
         self._mismatches: list[str] = []
         self._usage: dict[str, object] | None = None
@@ -91,7 +95,7 @@ class TrackingObserver(StreamObserver):
 
     def _open_item(self, item: TrackedItem) -> None:
         if item.key in self._open:
-            self._anomalies.append(f"{item.label} opened twice")
+            self._note(f"{item.label} opened twice")
         self._open[item.key] = item
         if item.guarded:
             self._calls.append(item)
@@ -118,10 +122,19 @@ class TrackingObserver(StreamObserver):
     def on_frames(self, frames: Sequence[SSEFrame], now: float) -> None:
         self._last_activity = now
         for frame in frames:
+            if frame.unknown:
+                self._note(f"a line that is no SSE field: {frame.raw[:60]!r}")
             if frame.data is None:  # a comment (": ping") or a stray blank line
                 continue
             self._events += 1
             self._apply(frame, now)
+
+    def _note(self, anomaly: str) -> None:
+        """Record odd upstream input (forwarded all the same), up to MAX_ANOMALIES."""
+        if len(self._anomalies) < MAX_ANOMALIES:
+            self._anomalies.append(anomaly)
+        else:
+            self._anomalies_dropped += 1
 
     def deadline(self) -> float:
         if self._terminal is not None:
@@ -198,6 +211,8 @@ class TrackingObserver(StreamObserver):
         outcome.calls = [item.summary() for item in self._calls]
         outcome.aggregates_match = None if not self._comparisons else not self._mismatches
         outcome.anomalies.extend(self._anomalies)
+        if self._anomalies_dropped:
+            outcome.anomalies.append(f"... and {self._anomalies_dropped} more anomalies")
         outcome.anomalies.extend(f"aggregate differs: {m}" for m in self._mismatches)
 
     @property

@@ -73,6 +73,7 @@ class MemoryProxy:
         responder: Responder | Sequence[Script],
         *,
         upstreams: dict[str, dict[str, Any]] | None = None,
+        server: dict[str, Any] | None = None,
         **timeouts: float,
     ) -> None:
         """``upstreams`` adds ``[upstreams.NAME]`` tables; every upstream plays ``responder``."""
@@ -83,6 +84,8 @@ class MemoryProxy:
         }
         if upstreams:
             overrides["upstreams"] = upstreams
+        if server:
+            overrides["server"] = server
         self.config: Config = load_config(None, overrides=overrides)
         self.outcomes: list[Outcome] = []
         self.app = ProxaiApp(
@@ -113,10 +116,12 @@ class MemoryProxy:
         disconnect_after: float | None = None,
         headers: Sequence[tuple[bytes, bytes]] = (),
         method: str = "POST",
+        body_stalls: bool = False,
     ) -> Exchange:
         """One request; ``read_delay`` makes the client take that long to accept each
         body message (a slow reader), or the n-th message when it is a function of n;
-        ``disconnect_after`` hangs up at that time."""
+        ``disconnect_after`` hangs up at that time; ``body_stalls`` sends half the
+        body and then nothing."""
         raw = body if isinstance(body, bytes) else json.dumps(body, ensure_ascii=False).encode()
         exchange = Exchange(started_at=trio.current_time())
         gone = trio.Event()
@@ -126,7 +131,9 @@ class MemoryProxy:
             nonlocal sent_body
             if not sent_body:
                 sent_body = True
-                return {"type": "http.request", "body": raw, "more_body": False}
+                # body_stalls: the first half of the body, then nothing more
+                half = raw[: len(raw) // 2] if body_stalls else raw
+                return {"type": "http.request", "body": half, "more_body": body_stalls}
             await gone.wait()
             return {"type": "http.disconnect"}
 

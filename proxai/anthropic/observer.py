@@ -64,10 +64,10 @@ class MessagesObserver(TrackingObserver):
         try:
             event = orjson.loads(frame.data)
         except orjson.JSONDecodeError:
-            self._anomalies.append(f"{frame.event or 'untyped'} event: data is not JSON")
+            self._note(f"{frame.event or 'untyped'} event: data is not JSON")
             return
         if not isinstance(event, dict):
-            self._anomalies.append(f"{frame.event or 'untyped'} event: data is not a JSON object")
+            self._note(f"{frame.event or 'untyped'} event: data is not a JSON object")
             return
         kind = _str(event.get("type")) or frame.event
         if kind == "content_block_delta":
@@ -77,7 +77,7 @@ class MessagesObserver(TrackingObserver):
         elif kind == "content_block_stop":
             index = event.get("index")
             if not isinstance(index, int) or self._close_item(index) is None:
-                self._anomalies.append(f"content_block_stop for block {index}, which is not open")
+                self._note(f"content_block_stop for block {index}, which is not open")
         elif kind == "message_delta":
             delta = event.get("delta")
             if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
@@ -99,7 +99,7 @@ class MessagesObserver(TrackingObserver):
         index = event.get("index")
         block = event.get("content_block")
         if not isinstance(index, int) or not isinstance(block, dict):
-            self._anomalies.append("content_block_start without an index and a block")
+            self._note("content_block_start without an index and a block")
             return
         block_type = _str(block.get("type")) or "block"
         name = _str(block.get("name"))
@@ -125,7 +125,7 @@ class MessagesObserver(TrackingObserver):
         item = self._open.get(index) if isinstance(index, int) else None
         delta = event.get("delta")
         if item is None or not isinstance(delta, dict):
-            self._anomalies.append(f"content_block_delta for block {index}, which is not open")
+            self._note(f"content_block_delta for block {index}, which is not open")
             return
         if item.guarded:
             fragment = delta.get("partial_json")

@@ -64,10 +64,10 @@ class ChatObserver(TrackingObserver):
         try:
             chunk = orjson.loads(frame.data)
         except orjson.JSONDecodeError:
-            self._anomalies.append("data is not JSON")
+            self._note("data is not JSON")
             return
         if not isinstance(chunk, dict):
-            self._anomalies.append("data is not a JSON object")
+            self._note("data is not a JSON object")
             return
         error = chunk.get("error")
         if error:
@@ -79,7 +79,7 @@ class ChatObserver(TrackingObserver):
             self._usage = usage
         choices = chunk.get("choices")
         if not isinstance(choices, list):
-            self._anomalies.append("chunk without a choices array")
+            self._note("chunk without a choices array")
             return
         for position, choice in enumerate(choices):
             if isinstance(choice, dict):
@@ -135,7 +135,7 @@ class ChatObserver(TrackingObserver):
             self._calls_by_key[key] = item
             self._open_item(item)
         elif key not in self._open:
-            self._anomalies.append(f"a fragment for {item.label} after its choice finished")
+            self._note(f"a fragment for {item.label} after its choice finished")
             return
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:

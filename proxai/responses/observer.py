@@ -184,7 +184,7 @@ class ResponsesObserver(TrackingObserver):
             case ErrorEvent():
                 self._finish(OutcomeKind.FAILED, event.text)
             case MalformedEvent():
-                self._anomalies.append(f"{event.type or 'untyped'} event: {event.reason}")
+                self._note(f"{event.type or 'untyped'} event: {event.reason}")
 
     def _index_for(self, output_index: int | None, item_id: str | None) -> Hashable | None:
         if output_index is not None:
@@ -199,14 +199,14 @@ class ResponsesObserver(TrackingObserver):
         index = self._index_for(output_index, item_id)
         item = self._open.get(index) if index is not None else None
         if item is None:
-            self._anomalies.append(f"{what} for an item that is not open (output_index {index})")
+            self._note(f"{what} for an item that is not open (output_index {index})")
         return item
 
     def _add(self, output_index: int | None, item: OutputItem, now: float) -> None:
         index: Hashable = output_index
         if index is None:
             if not item.id:
-                self._anomalies.append(f"output_item.added ({item.type}) with no index and no id")
+                self._note(f"output_item.added ({item.type}) with no index and no id")
                 return
             index = ("id", item.id)
         streams = GUARDED_ITEM_TYPES.get(item.type, "text" if item.type == "message" else "output")
@@ -232,7 +232,7 @@ class ResponsesObserver(TrackingObserver):
         index = self._index_for(output_index, item.id)
         tracked = self._close_item(index) if index is not None else None
         if tracked is None:
-            self._anomalies.append(f"output_item.done for output_index {index}, which is not open")
+            self._note(f"output_item.done for output_index {index}, which is not open")
             return
         if tracked.guarded:
             final = item.input if item.type == "custom_tool_call" else item.arguments

@@ -45,6 +45,7 @@ class _ScriptBody(httpx.AsyncByteStream):
         for step in self._steps:
             if isinstance(step, Send):
                 if step.data:
+                    self._record.bytes_sent += len(step.data)
                     yield step.data
             else:
                 await _control(step, before_head=False)

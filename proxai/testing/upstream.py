@@ -159,6 +159,8 @@ class RecordedRequest:
     body: bytes
     received_at: float
     response_done_at: float | None = None
+    #: Body bytes of the response handed to the connection so far.
+    bytes_sent: int = 0
     #: When the client closed the connection while this request was the last on it.
     closed_at: float | None = None
     _closed: trio.Event = attrs.field(factory=trio.Event, repr=False)
@@ -317,11 +319,17 @@ class ScriptedUpstream:
                     conn.receive_data(data)
 
             nursery.start_soon(watch_client)
-            done = await self._play(stream, conn, script)
+            done = await self._play(stream, conn, script, request)
             nursery.cancel_scope.cancel()
         return done and not client_gone
 
-    async def _play(self, stream: trio.SocketStream, conn: h11.Connection, script: Script) -> bool:
+    async def _play(
+        self,
+        stream: trio.SocketStream,
+        conn: h11.Connection,
+        script: Script,
+        request: RecordedRequest,
+    ) -> bool:
         for step in script.before_head:
             if not await self._control(stream, step):
                 return False
@@ -333,6 +341,7 @@ class ScriptedUpstream:
             if isinstance(step, Send):
                 if step.data:
                     await stream.send_all(conn.send(h11.Data(data=step.data)))
+                    request.bytes_sent += len(step.data)
             elif not await self._control(stream, step):
                 return False
         await stream.send_all(conn.send(h11.EndOfMessage()))

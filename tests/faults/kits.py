@@ -1,0 +1,256 @@
+"""One kit per protocol: the bytes an upstream has sent at each stage of a stream,
+and how a client of that protocol recognises proxai's error.
+
+The fault matrix plays each stage followed by each fault; the expectations live in
+:mod:`tests.faults.cases` so the same table drives the tests and docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from proxai.sse import SSEFramer
+from proxai.testing import sse_event
+from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST
+
+SSE_HEADERS = (("content-type", "text/event-stream; charset=utf-8"),)
+STAGES = (
+    "before_headers",
+    "before_first_event",
+    "mid_text",
+    "mid_arguments",
+    "mid_parallel_arguments",
+    "before_terminal",
+)
+
+
+@attrs.frozen
+class Kit:
+    """What one protocol's streams look like, stage by stage."""
+
+    name: str
+    path: str
+    request: dict[str, Any]
+    #: Bytes sent before the fault, for the stages after the headers.
+    prefixes: dict[str, bytes]
+    #: The in-stream error proxai appended, as ``(kind, message)``, read from the body.
+    read_error: Callable[[bytes], tuple[str, str]]
+    anthropic: bool = False
+    upstreams: dict[str, dict[str, Any]] | None = None
+
+
+def _frames(body: bytes) -> list[Any]:
+    framer = SSEFramer()
+    frames = [f for f in framer.feed(body) if f.data is not None]
+    assert framer.close() == b"", "the client was left mid-event"
+    return frames
+
+
+# --- Responses --------------------------------------------------------------------------------
+
+
+def _responses_error(body: bytes) -> tuple[str, str]:
+    error, failed = (json.loads(f.data) for f in _frames(body)[-2:])
+    assert error["type"] == "error" and failed["type"] == "response.failed"
+    assert error["error"]["message"] == error["message"] == failed["response"]["error"]["message"]
+    assert failed["response"]["status"] == "failed"
+    assert failed["sequence_number"] == error["sequence_number"] + 1
+    return error["error"]["type"], error["message"]
+
+
+def _item(kind: str, index: int, **fields: Any) -> dict[str, Any]:
+    return {
+        "type": "response.output_item.added",
+        "output_index": index,
+        "item": {"type": kind, **fields},
+    }
+
+
+def _fc(index: int) -> list[dict[str, Any]]:
+    item_id = f"fc_{index}"
+    return [
+        _item(
+            "function_call",
+            index,
+            id=item_id,
+            call_id=f"call_{index}",
+            name="get_weather",
+            arguments="",
+        ),
+        {
+            "type": "response.function_call_arguments.delta",
+            "output_index": index,
+            "item_id": item_id,
+            "delta": '{"city":',
+        },
+    ]
+
+
+def _responses_bytes(events: list[dict[str, Any]]) -> bytes:
+    numbered = [{**e, "sequence_number": i} for i, e in enumerate(events)]
+    return b"".join(sse_event(e) for e in numbered)
+
+
+_CREATED = TURN1_EVENTS[0]
+_MESSAGE = [
+    _item("message", 0, id="msg_1", role="assistant", content=[]),
+    {
+        "type": "response.output_text.delta",
+        "output_index": 0,
+        "content_index": 0,
+        "item_id": "msg_1",
+        "delta": "今天",
+    },
+]
+
+RESPONSES = Kit(
+    name="responses",
+    path="/v1/responses",
+    request=TURN1_REQUEST,
+    prefixes={
+        "mid_text": _responses_bytes([_CREATED, *_MESSAGE]),
+        "mid_arguments": _responses_bytes([_CREATED, *_fc(0)]),
+        "mid_parallel_arguments": _responses_bytes([_CREATED, *_fc(0), *_fc(1)]),
+        "before_terminal": _responses_bytes(TURN1_EVENTS[:-1]),
+    },
+    read_error=_responses_error,
+)
+
+
+# --- Chat Completions -------------------------------------------------------------------------
+
+
+def _chat(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    body = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
+
+
+def _chat_call(index: int) -> bytes:
+    return _chat(
+        {
+            "tool_calls": [
+                {
+                    "index": index,
+                    "id": f"call_{index}",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city":'},
+                }
+            ]
+        }
+    )
+
+
+def _chat_error(body: bytes) -> tuple[str, str]:
+    frames = _frames(body)
+    assert frames[-1].data == b"[DONE]"
+    error = json.loads(frames[-2].data)["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    return error["type"], error["message"]
+
+
+_ROLE = _chat({"role": "assistant", "content": None})
+
+CHAT = Kit(
+    name="chat",
+    path="/v1/chat/completions",
+    request={"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]},
+    prefixes={
+        "mid_text": _ROLE + _chat({"content": "今天"}),
+        "mid_arguments": _ROLE + _chat_call(0),
+        "mid_parallel_arguments": _ROLE + _chat_call(0) + _chat_call(1),
+        "before_terminal": _ROLE + _chat_call(0) + _chat({}, finish="tool_calls"),
+    },
+    read_error=_chat_error,
+)
+
+
+# --- Anthropic Messages -----------------------------------------------------------------------
+
+
+def _ant(kind: str, **fields: Any) -> bytes:
+    payload = json.dumps({"type": kind, **fields}, ensure_ascii=False)
+    return f"event: {kind}\ndata: {payload}\n\n".encode()
+
+
+def _anthropic_error(body: bytes) -> tuple[str, str]:
+    frame = _frames(body)[-1]
+    assert frame.event == "error"
+    error = json.loads(frame.data)["error"]
+    return error["type"], error["message"]
+
+
+def _tool(index: int) -> bytes:
+    return _ant(
+        "content_block_start",
+        index=index,
+        content_block={
+            "type": "tool_use",
+            "id": f"toolu_{index}",
+            "name": "get_weather",
+            "input": {},
+        },
+    ) + _ant(
+        "content_block_delta",
+        index=index,
+        delta={"type": "input_json_delta", "partial_json": '{"city":'},
+    )
+
+
+_START = _ant(
+    "message_start",
+    message={
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "content": [],
+        "model": "m",
+        "usage": {},
+    },
+)
+
+ANTHROPIC = Kit(
+    name="anthropic",
+    path="/v1/messages",
+    request={
+        "model": "m",
+        "max_tokens": 10,
+        "stream": True,
+        "messages": [{"role": "user", "content": "hi"}],
+    },
+    prefixes={
+        "mid_text": _START
+        + _ant("content_block_start", index=0, content_block={"type": "text", "text": ""})
+        + _ant("content_block_delta", index=0, delta={"type": "text_delta", "text": "今天"}),
+        "mid_arguments": _START + _tool(0),
+        # Anthropic streams blocks one after another: the first call done, the second open
+        "mid_parallel_arguments": _START
+        + _tool(0)
+        + _ant("content_block_stop", index=0)
+        + _tool(1),
+        "before_terminal": _START
+        + _tool(0)
+        + _ant("content_block_stop", index=0)
+        + _ant("message_delta", delta={"stop_reason": "tool_use"}, usage={"output_tokens": 3}),
+    },
+    read_error=_anthropic_error,
+    anthropic=True,
+    upstreams={
+        "claude": {
+            "protocol": "anthropic_messages",
+            "base_url": "http://claude.test/v1",
+            "api_key": "sk-ant",
+        }
+    },
+)
+
+KITS = {kit.name: kit for kit in (RESPONSES, CHAT, ANTHROPIC)}

@@ -1,0 +1,89 @@
+"""Render docs/reliability.md from the fault matrix: ``python -m tests.faults.render``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .cases import CASES, CLIENT_STAGES, DISCONNECT_AT, MATRIX_TIMEOUTS, MAX_EVENT_BYTES, PRE_STREAM
+from .kits import KITS
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
+
+
+def render() -> str:
+    t = MATRIX_TIMEOUTS
+    lines = [
+        "# Reliability: the fault matrix",
+        "",
+        "Generated from `tests/faults/cases.py` by `python -m tests.faults.render` (run by",
+        "`make reliability-doc`); `tests/faults/test_render.py` fails when this file is out of",
+        "date. Every row is a test in `tests/faults/test_matrix.py`, run on trio's virtual clock",
+        "with in-memory transports, so each time below is exact. Deadlines used: "
+        + ", ".join(f"`{k}` {v:g} s" for k, v in t.items())
+        + f", `max_event_bytes` {MAX_EVENT_BYTES}.",
+        "",
+        "Each case also asserts that the upstream connection was closed, that every task of",
+        "the request has ended, that what the upstream sent before the fault reached the",
+        "client unchanged, and that the outcome record names the fault.",
+        "",
+        "Stages: `before_headers` (the upstream has not answered), `before_first_event`",
+        "(headers, no event), `mid_text`, `mid_arguments` (one tool call open),",
+        "`mid_parallel_arguments` (two calls; Anthropic: the first done, the second open),",
+        "`before_terminal` (every item done, no terminal event). Faults: `silence`, `eof` (a",
+        "clean end of the body), `reset` (TCP reset), `oversized_event` (an event that grows",
+        "past `max_event_bytes`).",
+        "",
+        "| protocol | stage | fault | client's response ends at | client gets | outcome |",
+        "|---|---|---|---|---|---|",
+    ]
+    for case in CASES:
+        if case.status == 200:
+            gets = f"events so far + in-stream error `{case.error}`"
+        else:
+            gets = f"HTTP {case.status} `{case.error}`"
+        lines.append(
+            f"| {case.protocol} | {case.stage} | {case.fault} | {case.ends_at:g} s | {gets} "
+            f"| `{case.outcome.value}` |"
+        )
+    lines += [
+        "",
+        f"Errors before the first byte (stages {', '.join(f'`{s}`' for s in PRE_STREAM)}) are",
+        "HTTP errors that clients retry: OpenAI's JSON with `code`, or on `/v1/messages`",
+        'Anthropic\'s `{"type": "error", "error": {"type", "message"}}`. In-stream errors',
+        "use each protocol's own shape (see docs/cancellation.md).",
+        "",
+        "## The client's side",
+        "",
+        "| case | protocols | what happens | outcome |",
+        "|---|---|---|---|",
+        f"| disconnect at {DISCONNECT_AT:g} s, at each of {', '.join(CLIENT_STAGES)} "
+        f"| {', '.join(KITS)} | the upstream connection closes at {DISCONNECT_AT:g} s exactly; "
+        "every task ends | `client_disconnected` |",
+        "| stops reading (stays connected) while the upstream streams on "
+        f"| {', '.join(KITS)} | no false stall; the upstream connection is released at "
+        f"`client_write` ({t['client_write']:g} s); proxai reads only what its channels hold "
+        "| `client_stalled` |",
+        "| stops reading, then reads again | "
+        f"{', '.join(KITS)} | what was queued, then the protocol's error (\"the client read "
+        'nothing for ...") | `client_stalled` |',
+        f"| sends half its body, then nothing | {', '.join(KITS)} | `408` at `request_body` "
+        f"({t['request_body']:g} s); nothing reaches the upstream | `request_body_timeout` |",
+        "",
+        "## Input that is not what it should be",
+        "",
+        "For each protocol, after an open tool call: lines that are no SSE at all (an HTML",
+        "error page), a `data:` line that is not JSON, and invalid UTF-8 are forwarded byte for",
+        "byte and recorded as anomalies in the outcome; the call's `tool_arguments` deadline",
+        "still fires on time.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    text = render()
+    if sys.argv[1:] == ["--write"]:
+        DOC.write_text(text)
+    else:
+        sys.stdout.write(text)
