@@ -79,19 +79,25 @@ class ProxaiApp:
             await self._lifespan(receive, send)
 
     async def _lifespan(self, receive: ASGIReceive, send: ASGISend) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                try:
-                    await self.startup()
-                except Exception as exc:  # reported to the server, which stops
-                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    try:
+                        await self.startup()
+                    except Exception as exc:  # reported to the server, which stops
+                        await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                        return
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await self.shutdown()
+                    await send({"type": "lifespan.shutdown.complete"})
                     return
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
+        finally:
+            # A server cancelled without a graceful shutdown still closes the pools:
+            # their sockets must not wait for the garbage collector.
+            with trio.CancelScope(shield=True):
                 await self.shutdown()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
 
     async def _http(self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
         method: str = scope["method"]

@@ -77,6 +77,23 @@ def render() -> str:
         "byte and recorded as anomalies in the outcome; the call's `tool_arguments` deadline",
         "still fires on time.",
         "",
+        "## Beyond the matrix",
+        "",
+        "- **Soak** (`proxai/testing/soak.py`): a rotating mix of healthy, stalled, reset and",
+        "  abandoned streams through one real server. `tests/test_soak.py` runs 500 at",
+        "  concurrency 50 in every `make test`; `bench/soak.py` runs 10,000 at concurrency 200",
+        "  (results in docs/soak.md). Both require every healthy stream byte-exact, every",
+        "  outcome as expected, and open file descriptors and trio tasks back to their count",
+        "  before the run.",
+        "- **Fuzzing** (`tests/test_fuzz.py`, `tests/test_sse.py`): the framer on arbitrary",
+        "  bytes and chunkings; each observer on arbitrary event streams, ended every way;",
+        "  the request projections on arbitrary JSON (accepted or 400, never anything else);",
+        "  odd HTTP through a real server (wrong content type, chunked bodies,",
+        "  `Expect: 100-continue`, 200 KB headers, HTTP/2, arbitrary request bytes).",
+        "- **Bounded memory**: an event that never ends is cut at `max_event_bytes`",
+        "  (`oversized_event` rows above); a client that stops reading holds proxai to what",
+        "  its channels (4 + 4 messages) hold, and the upstream is released at `client_write`.",
+        "",
     ]
     return "\n".join(lines)
 

@@ -17,6 +17,7 @@ from trio.testing import MockClock
 
 from proxai.outcome import OutcomeKind
 from proxai.testing import Close, Reset, Script, Send, Sleep, Stall, sse_event
+from proxai.testing.soak import live_tasks
 
 from ..memory_harness import Exchange, MemoryProxy
 from .cases import (
@@ -29,15 +30,6 @@ from .cases import (
     Case,
 )
 from .kits import KITS, SSE_HEADERS
-
-
-def live_tasks() -> int:
-    """Every task in this trio run, found by walking the task tree."""
-
-    def count(task: trio.lowlevel.Task) -> int:
-        return 1 + sum(count(t) for n in task.child_nurseries for t in n.child_tasks)
-
-    return count(trio.lowlevel.current_root_task())
 
 
 def proxy_for(protocol: str, scripts: list[Script], **timeouts: float) -> MemoryProxy:
