@@ -67,6 +67,8 @@ def strict_converter(*, forbid_extra_keys: bool) -> cattrs.Converter:
     exact(int, int)
     exact(float, float, int)
     exact(bool, bool)
+    # Any: free-form JSON (schemas, metadata values) is kept as it came.
+    conv.register_structure_hook(Any, lambda value, _: value)
 
     # cattrs would build a list from any iterable (a dict, a string): require the real thing.
     conv.register_structure_hook_factory(

@@ -31,8 +31,18 @@ def load_json_object(body: bytes) -> dict[str, Any]:
     return value
 
 
-def project_body(converter: cattrs.Converter, data: dict[str, Any], cls: type[T]) -> T:
-    """Structure a parsed body as ``cls``, or raise 400 with the offending path as ``param``."""
+def project_body(
+    converter: cattrs.Converter, data: dict[str, Any], cls: type[T], *, array: str | None = None
+) -> T:
+    """Structure a parsed body as ``cls``, or raise 400 with the offending path as ``param``.
+
+    ``array`` names the field the projection leaves out (``input``, ``messages``),
+    which is still checked to be an array when it is one by contract.
+    """
+    if array is not None and array in data and not isinstance(data[array], list):
+        raise ProxyError.invalid_request(
+            f"invalid request: {array}: expected an array", param=array, code="invalid_value"
+        )
     try:
         projection: T = converter.structure(data, cls)
     except (ClassValidationError, TypeError, ValueError) as exc:

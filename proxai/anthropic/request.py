@@ -12,7 +12,6 @@ from typing import Any
 import attrs
 
 from ..converters import strict_converter
-from ..errors import ProxyError
 from ..json_body import project_body
 
 __all__ = ["AnthropicTool", "MessagesRequestProjection", "project_messages_request"]
@@ -52,14 +51,8 @@ class MessagesRequestProjection:
 
 
 _converter = strict_converter(forbid_extra_keys=False)
-_converter.register_structure_hook(JSON, lambda value, _: value)
 
 
 def project_messages_request(data: dict[str, Any]) -> MessagesRequestProjection:
     """Project a parsed body, or raise :class:`ProxyError` (400) naming the bad path."""
-    messages = data.get("messages")
-    if messages is not None and not isinstance(messages, list):
-        raise ProxyError.invalid_request(
-            "invalid request: messages: expected an array", param="messages", code="invalid_value"
-        )
-    return project_body(_converter, data, MessagesRequestProjection)
+    return project_body(_converter, data, MessagesRequestProjection, array="messages")

@@ -13,7 +13,6 @@ from typing import Any
 import attrs
 
 from ..converters import strict_converter
-from ..errors import ProxyError
 from ..json_body import project_body
 
 __all__ = [
@@ -159,14 +158,8 @@ def _str_or_strings(value: Any, _: Any) -> str | list[str] | None:
 _converter.register_structure_hook(ChatTool, _structure_tool)
 _converter.register_structure_hook(str | dict[str, JSON] | None, _str_or_object)
 _converter.register_structure_hook(str | list[str] | None, _str_or_strings)
-_converter.register_structure_hook(JSON, lambda value, _: value)
 
 
 def project_chat_request(data: dict[str, Any]) -> ChatRequestProjection:
     """Project a parsed body, or raise :class:`ProxyError` (400) naming the bad path."""
-    messages = data.get("messages")
-    if messages is not None and not isinstance(messages, list):
-        raise ProxyError.invalid_request(
-            "invalid request: messages: expected an array", param="messages", code="invalid_value"
-        )
-    return project_body(_converter, data, ChatRequestProjection)
+    return project_body(_converter, data, ChatRequestProjection, array="messages")

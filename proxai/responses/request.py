@@ -321,14 +321,9 @@ def _structure_conversation(value: Any, _: Any) -> str | ConversationRef | None:
     raise TypeError("expected a conversation id or an object with an id")
 
 
-def _passthrough(value: Any, _: Any) -> Any:
-    return value
-
-
 _converter.register_structure_hook(Tool, _structure_tool)
 _converter.register_structure_hook(str | dict[str, JSON] | None, _structure_tool_choice)
 _converter.register_structure_hook(str | ConversationRef | None, _structure_conversation)
-_converter.register_structure_hook(JSON, _passthrough)
 
 
 def project_request(body: bytes | dict[str, Any]) -> RequestProjection:

@@ -319,7 +319,12 @@ class ScriptedUpstream:
                     conn.receive_data(data)
 
             nursery.start_soon(watch_client)
-            done = await self._play(stream, conn, script, request)
+            try:
+                done = await self._play(stream, conn, script, request)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                # The client hung up (or reset) while the script was still sending.
+                client_gone = True
+                request._mark_closed()
             nursery.cancel_scope.cancel()
         return done and not client_gone
 
