@@ -35,16 +35,18 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from .demo import add_demo_arguments
+
     p = sub.add_parser(
         "demo",
         help="play the seed exchange through proxai with the openai SDK",
         description="Start a scripted upstream that plays the seed document's Responses exchange "
-        "and proxai in front of it, all on loopback, then drive them with the official openai SDK. "
+        "and proxai in front of it, all on loopback, then drive them with the official openai SDK: "
+        "turn 1 (get_weather + web_search), turn 2 (function_call_output), then turn 1 replayed "
+        "with an upstream that stalls mid-arguments, through proxai and directly. "
         "Needs no network and no API key.",
     )
-    p.add_argument(
-        "--delay", type=float, default=0.05, help="seconds between upstream events (default 0.05)"
-    )
+    add_demo_arguments(p)
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -72,15 +72,44 @@ async def test_bad_config_stops_start_up_with_the_key_named(tmp_path: Path) -> N
     assert b"--upstream" in result.stderr
 
 
-async def test_demo_runs_offline() -> None:
+async def test_demo_tells_the_seed_story_offline() -> None:
+    started = trio.current_time()
     result = await trio.run_process(
-        [sys.executable, "-m", "proxai", "demo", "--delay", "0"],
+        [
+            sys.executable,
+            "-m",
+            "proxai",
+            "demo",
+            "--delay",
+            "0",
+            "--deadline",
+            "0.5",
+            "--direct-wait",
+            "1",
+        ],
         capture_stdout=True,
         capture_stderr=True,
         check=False,
     )
     out = result.stdout.decode()
     assert result.returncode == 0, result.stderr.decode()
-    assert "get_weather({'city': '北京', 'date': 'today'})" in out
+    assert trio.current_time() - started < 30
+    assert 'aggregated by item: get_weather({"city": "北京", "date": "today"})' in out
+    assert "web_search ws_01: searching" in out
     assert "今天北京不太适合高强度户外跑步。" in out
-    assert out.count(": completed status=200") == 2
+    assert (
+        "the SDK raised APIError: upstream stalled for 0.5 s while streaming arguments of "
+        "function_call get_weather (call_weather_01)" in out
+    )
+    assert "still waiting after 1." in out
+    assert out.count(": completed, status 200") == 2
+    assert ": stalled_tool_arguments, status 200" in out
+    assert "never the client's" in out
+
+
+async def test_demo_help_documents_its_options() -> None:
+    result = await trio.run_process(
+        [sys.executable, "-m", "proxai", "demo", "--help"], capture_stdout=True
+    )
+    for option in ("--stall-after", "--deadline", "--delay", "--direct-wait"):
+        assert option.encode() in result.stdout
