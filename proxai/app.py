@@ -153,6 +153,7 @@ class ProxaiApp:
             outcome=outcome,
             error_shape=shape,
             max_event_bytes=self.config.server.max_event_bytes,
+            can_abort=scope.get("http_version") != "2",
         )
         self._report(await relay.run())
 

@@ -212,7 +212,12 @@ class Relay:
         outcome: Outcome | None = None,
         error_shape: ErrorShape = ErrorShape.OPENAI,
         max_event_bytes: int = 16 * 1024 * 1024,
+        can_abort: bool = True,
     ) -> None:
+        #: Whether ending a response without its final message makes the server break
+        #: the connection (HTTP/1.1). Hypercorn's HTTP/2 leaves such a stream open, so
+        #: there a cut-short body is ended normally rather than left hanging.
+        self._can_abort = can_abort
         self._error_shape = error_shape
         self._max_event_bytes = max_event_bytes
         #: When the writer's current ASGI send began (None between sends).
@@ -388,7 +393,7 @@ class Relay:
                     await self._to_writer(client, verdict.closing)
                 except _WriterBlocked:
                     self._after_stall = verdict.closing
-            elif not verdict.closing and verdict.kind in _FAULTS:
+            elif not verdict.closing and verdict.kind in _FAULTS and self._can_abort:
                 # Nothing in the protocol's shape to say it (no observer knows this
                 # body): end the response as broken, as the upstream's was, so the
                 # client cannot take a cut-short body for a whole one.

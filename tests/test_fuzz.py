@@ -24,7 +24,7 @@ from proxai.outcome import Outcome, OutcomeKind
 from proxai.responses.observer import ResponsesObserver
 from proxai.responses.request import project_request
 from proxai.sse import SSEFramer
-from proxai.testing import Script
+from proxai.testing import Reset, Script, Send
 from proxai.testing.seed import TURN1_EVENTS, turn_bytes
 
 TIMEOUTS = TimeoutsConfig(idle=30.0, tool_arguments=20.0, total=1000.0)
@@ -235,6 +235,23 @@ async def test_http2_prior_knowledge_streams_byte_exact(
     assert response.http_version == "HTTP/2"
     assert response.content == turn_bytes(TURN1_EVENTS)
     assert outcome.kind is OutcomeKind.COMPLETED
+
+
+async def test_http2_body_cut_short_does_not_leave_the_client_hanging(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    # Hypercorn cannot reset an HTTP/2 stream for an app, so proxai ends it (the JSON
+    # is visibly incomplete) instead of leaving the client waiting for its own timeout.
+    script = Script(
+        headers=(("content-type", "application/json"),), steps=[Send(b'{"data":['), Reset()]
+    )
+    upstream = await start_upstream([script])
+    async with proxai_for(upstream) as px, httpx.AsyncClient(http1=False, http2=True) as client:
+        with trio.fail_after(3):
+            response = await client.post(px.base_url + "/embeddings", json={})
+        (outcome,) = await px.wait_for_outcomes(1)
+    assert response.content == b'{"data":['
+    assert outcome.kind is OutcomeKind.UPSTREAM_RESET
 
 
 @settings(
