@@ -155,7 +155,15 @@ class ProxaiApp:
             max_event_bytes=self.config.server.max_event_bytes,
             can_abort=scope.get("http_version") != "2",
         )
-        self._report(await relay.run())
+        try:
+            await relay.run()
+        except Exception as exc:
+            outcome.kind = outcome.kind or OutcomeKind.PROXY_ERROR
+            outcome.detail = f"internal error: {type(exc).__name__}: {exc}"
+            raise
+        finally:
+            # Every request leaves a record, even one a bug or a shutdown cut short.
+            self._report(outcome)
 
     def _protocol_for(self, path: str, headers: list[tuple[bytes, bytes]]) -> Protocol:
         """Anthropic for /v1/messages, and for any /v1 request an Anthropic SDK makes

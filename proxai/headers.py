@@ -36,6 +36,8 @@ _NOT_FORWARDED_UP = HOP_BY_HOP | {
     b"content-length",
     b"authorization",
     b"x-api-key",
+    b"api-key",  # Azure OpenAI clients
+    b"x-goog-api-key",  # Gemini clients
     b"accept-encoding",
     b"expect",
 }

@@ -42,6 +42,11 @@ class Verdict:
 class StreamObserver:
     """The interface the relay drives; the base class only passes frames through."""
 
+    @property
+    def finished(self) -> bool:
+        """Whether the stream reached its terminal event (unknown here: False)."""
+        return False
+
     def on_start(self, now: float) -> None:
         """The upstream's response headers arrived: the stream's deadlines start now."""
 

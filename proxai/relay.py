@@ -105,11 +105,13 @@ class _End:
 
 class _WriterBlocked(Exception):
     """The writer has been blocked on the client too long: ``client_stalled``
-    (``timeouts.client_write``) or ``total_timeout``."""
+    (``timeouts.client_write``) or ``total_timeout``. ``pending`` holds the bytes
+    that could not be handed over (they are delivered if the client reads again)."""
 
-    def __init__(self, kind: OutcomeKind) -> None:
+    def __init__(self, kind: OutcomeKind, pending: bytes) -> None:
         super().__init__(kind.value)
         self.kind = kind
+        self.pending = pending
 
 
 _ToObserver = _Head | _Body | _End | ProxyError
@@ -372,12 +374,13 @@ class Relay:
                 # The client has accepted nothing for too long: let go of the upstream
                 # now; the writer delivers the closing bytes if the client ever reads.
                 self._reader_scope.cancel()
+                blocked.pending += self._drain_queued(upstream)
                 if blocked.kind is OutcomeKind.CLIENT_STALLED:
                     verdict = self._observer.on_client_stalled(self._timeouts.client_write)
                 else:
                     verdict = self._observer.on_total_timeout(self._clock.now())
                 forwarded = True
-                self._after_stall = verdict.closing
+                self._after_stall = blocked.pending + verdict.closing
             if not 200 <= head.status < 300 and verdict.kind is OutcomeKind.COMPLETED:
                 verdict = Verdict(OutcomeKind.UPSTREAM_ERROR, f"upstream answered {head.status}")
             self._observer.fill(self.outcome)
@@ -391,9 +394,14 @@ class Relay:
             if verdict.closing and self._after_stall is None:
                 try:
                     await self._to_writer(client, verdict.closing)
-                except _WriterBlocked:
-                    self._after_stall = verdict.closing
-            elif not verdict.closing and verdict.kind in _FAULTS and self._can_abort:
+                except _WriterBlocked as blocked:
+                    self._after_stall = blocked.pending
+            elif (
+                not verdict.closing
+                and verdict.kind in _FAULTS
+                and not self._observer.finished
+                and self._can_abort
+            ):
                 # Nothing in the protocol's shape to say it (no observer knows this
                 # body): end the response as broken, as the upstream's was, so the
                 # client cannot take a cut-short body for a whole one.
@@ -437,6 +445,20 @@ class Relay:
                 await self._to_writer(client, message.tail)
             return verdict, forwarded
 
+    def _drain_queued(self, upstream: trio.MemoryReceiveChannel[_ToObserver]) -> bytes:
+        """The bytes of reads already queued by the reader, observed, for the writer."""
+        data: list[bytes] = []
+        while True:
+            try:
+                message = upstream.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel):
+                return b"".join(data)
+            if isinstance(message, _Body):
+                if message.frames:
+                    self._count(message.frames)
+                self._observe_frames(message)
+                data.append(message.data)
+
     def _observe_frames(self, message: _Body) -> None:
         """Feed the observer; if it fails on odd input, relay on without it."""
         try:
@@ -468,9 +490,9 @@ class Relay:
                 await client.send(data)
                 return
             if trio.current_time() >= self._total_deadline:
-                raise _WriterBlocked(OutcomeKind.TOTAL_TIMEOUT)
+                raise _WriterBlocked(OutcomeKind.TOTAL_TIMEOUT, data)
             if self._writing_since == since:
-                raise _WriterBlocked(OutcomeKind.CLIENT_STALLED)
+                raise _WriterBlocked(OutcomeKind.CLIENT_STALLED, data)
 
     async def _next_message(
         self,

@@ -116,6 +116,10 @@ class TrackingObserver(StreamObserver):
 
     # -- the StreamObserver interface ------------------------------------------------------
 
+    @property
+    def finished(self) -> bool:
+        return self._terminal is not None
+
     def on_start(self, now: float) -> None:
         self._last_activity = now
 

@@ -242,6 +242,16 @@ async def test_an_upstream_error_event_is_terminal(autojump_clock: MockClock) ->
     assert exchange.outcome is not None and exchange.outcome.kind is OutcomeKind.FAILED
 
 
+async def test_an_error_event_with_text_data_is_terminal(autojump_clock: MockClock) -> None:
+    error = b"event: error\ndata: upstream gateway timeout\n\n"
+    async with MemoryProxy(
+        [sse([MESSAGE_START, error], then=[Stall()])], upstreams=ANTHROPIC_UPSTREAM
+    ) as proxy:
+        exchange = await proxy.request(REQUEST, path=MESSAGES)
+    assert exchange.body == MESSAGE_START + error  # nothing appended
+    assert exchange.outcome is not None and exchange.outcome.kind is OutcomeKind.FAILED
+
+
 async def test_max_tokens_is_incomplete(autojump_clock: MockClock) -> None:
     end = [
         event("message_delta", delta={"stop_reason": "max_tokens"}, usage={"output_tokens": 9}),

@@ -153,19 +153,42 @@ async def test_stall_mid_tool_arguments(autojump_clock: MockClock) -> None:
     assert exchange.outcome.stalled_item == "tool call get_weather (call_0)"
 
 
-async def test_parallel_calls_each_guarded_and_closed_by_finish_reason(
+async def test_parallel_calls_stream_one_after_another_and_each_is_guarded(
     autojump_clock: MockClock,
 ) -> None:
+    # Chat streams a choice's calls one after another: call 0 whole, then call 1. A call
+    # that takes longer than tool_arguments overall is fine while its fragments flow,
+    # and a later call never makes an earlier, finished one look stalled.
     steps: list[Any] = [
-        Send(ROLE + call_start(0, "a") + call_start(1, "b")),
-        Send(call_args(0, "{")),
+        Send(ROLE + call_start(0, "a") + call_args(0, '{"x": 1}')),
+        Send(call_start(1, "b")),
     ]
-    for _ in range(8):  # call 1 keeps streaming every 3 s, call 0 is silent since 0
+    for _ in range(10):  # 30 s of call 1, a fragment every 3 s
         steps += [Sleep(3), Send(call_args(1, "x"))]
-    async with MemoryProxy([Script(steps=steps)]) as proxy:
+    healthy = Script(steps=[*steps, Send(chunk(finish="tool_calls") + DONE)])
+    async with MemoryProxy([healthy]) as proxy:
         exchange = await proxy.request(REQUEST, path=CHAT)
-    assert exchange.elapsed == 20.0
-    assert exchange.outcome is not None and exchange.outcome.stalled_item == "tool call a (call_0)"
+    assert exchange.body == healthy.body
+    assert exchange.outcome is not None and exchange.outcome.kind is OutcomeKind.COMPLETED
+
+    # call 1 goes silent at t=30: it is the one named, 20 s later
+    async with MemoryProxy([Script(steps=[*steps, Stall()])]) as proxy:
+        exchange = await proxy.request(REQUEST, path=CHAT)
+    assert exchange.elapsed == 50.0
+    assert exchange.outcome is not None and exchange.outcome.stalled_item == "tool call b (call_1)"
+
+    # text after a whole call: the call is done, only idle is left
+    text_after = Script(
+        steps=[
+            Send(ROLE + call_start(0, "a") + call_args(0, "{}")),
+            Send(chunk({"content": "ok"})),
+            Stall(),
+        ]
+    )
+    async with MemoryProxy([text_after]) as proxy:
+        exchange = await proxy.request(REQUEST, path=CHAT)
+    assert exchange.elapsed == 30.0
+    assert exchange.outcome is not None and exchange.outcome.kind is OutcomeKind.STALLED_IDLE
 
     # once the choice finishes, no call is guarded: only idle (30 s) is left before [DONE]
     finished = Script(
@@ -179,10 +202,38 @@ async def test_parallel_calls_each_guarded_and_closed_by_finish_reason(
         exchange = await proxy.request(REQUEST, path=CHAT)
     assert exchange.elapsed == 30.0
     assert exchange.outcome is not None and exchange.outcome.kind is OutcomeKind.STALLED_IDLE
-    assert (
-        error_then_done(exchange.body)["message"]
-        == "upstream sent nothing for 30.0 s (after 4 events)"
+    assert error_then_done(exchange.body)["message"] == (
+        "upstream sent nothing for 30.0 s (after 4 events)"
     )
+
+
+async def test_interleaved_calls_keep_their_arguments(autojump_clock: MockClock) -> None:
+    body = b"".join(
+        [
+            ROLE,
+            call_start(0, "a"),
+            call_start(1, "b"),
+            call_args(0, '{"x"'),
+            call_args(1, '{"y"'),
+            call_args(0, ":1}"),
+            call_args(1, ":2}"),
+            chunk(finish="tool_calls"),
+            DONE,
+        ]
+    )
+    async with MemoryProxy([Script(steps=[Send(body)])]) as proxy:
+        exchange = await proxy.request(REQUEST, path=CHAT)
+    assert exchange.outcome is not None
+    assert [(c.name, c.arguments_length) for c in exchange.outcome.calls] == [("a", 7), ("b", 7)]
+    assert exchange.outcome.anomalies == []
+
+
+async def test_an_error_event_is_terminal_whatever_its_data(autojump_clock: MockClock) -> None:
+    error = b"event: error\ndata: upstream gateway timeout\n\n"
+    async with MemoryProxy([Script(steps=[Send(ROLE + error), Stall()])]) as proxy:
+        exchange = await proxy.request(REQUEST, path=CHAT)
+    assert exchange.body == ROLE + error
+    assert exchange.outcome is not None and exchange.outcome.kind is OutcomeKind.FAILED
 
 
 async def test_stall_mid_text_is_idle(autojump_clock: MockClock) -> None:
@@ -336,3 +387,59 @@ async def test_malformed_chat_body_is_400_naming_the_path(
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "tools[0].function.name"
     assert upstream.requests == []
+
+
+SIX = [ROLE, *(chunk({"content": f"t{i}"}) for i in range(4)), chunk(finish="stop") + DONE]
+
+
+async def test_total_while_the_client_is_stuck_still_delivers_the_terminal(
+    autojump_clock: MockClock,
+) -> None:
+    # The client stops reading right away; the upstream sends the whole (short) stream.
+    # total passes while proxai holds the last batch, [DONE] included: it is delivered
+    # when the client reads again, and the stream counts as complete.
+    script = Script(steps=[Send(p) for p in SIX])
+    async with MemoryProxy([script], total=100.0) as proxy:
+        exchange = await proxy.request(
+            REQUEST, path=CHAT, read_delay=lambda n: 200.0 if n == 0 else 0.0
+        )
+    assert exchange.body == script.body
+    assert not exchange.aborted
+    assert exchange.outcome is not None and exchange.outcome.kind is OutcomeKind.COMPLETED
+
+
+async def test_a_stalled_client_gets_what_was_held_then_the_error(
+    autojump_clock: MockClock,
+) -> None:
+    endless = [Send(ROLE)] + [
+        s for i in range(400) for s in (Sleep(1), Send(chunk({"content": "x"})))
+    ]
+    async with MemoryProxy([Script(steps=endless)], client_write=50.0) as proxy:
+        exchange = await proxy.request(
+            REQUEST, path=CHAT, read_delay=lambda n: 100.0 if n == 0 else 0.0
+        )
+    assert not exchange.aborted
+    error = error_then_done(exchange.body)
+    assert error["message"] == "the client read nothing for 50.0 s (proxai client_write timeout)"
+    # what the upstream sent before the release reached the client, in order (but for
+    # the one read the reader held when it was cancelled)
+    whole = b"".join(s.data for s in endless if isinstance(s, Send))
+    delivered = exchange.body[: exchange.body.rindex(b'data: {"error"')]
+    assert whole.startswith(delivered)
+    assert len(delivered) >= proxy.transport.requests[0].bytes_sent - len(chunk({"content": "x"}))
+    assert exchange.outcome is not None and exchange.outcome.kind is OutcomeKind.CLIENT_STALLED
+
+
+async def test_no_client_key_header_reaches_the_upstream(autojump_clock: MockClock) -> None:
+    headers = [
+        (b"authorization", b"Bearer client-1"),
+        (b"x-api-key", b"client-2"),
+        (b"api-key", b"client-3"),  # Azure OpenAI clients
+        (b"x-goog-api-key", b"client-4"),
+        (b"proxy-authorization", b"Basic client-5"),
+    ]
+    async with MemoryProxy([Script.json({"ok": True})]) as proxy:
+        await proxy.request({**REQUEST, "stream": False}, path=CHAT, headers=headers)
+    sent = proxy.transport.requests[0].headers
+    assert not any(b"client-" in value for _, value in sent)
+    assert (b"authorization", b"Bearer sk-up") in sent

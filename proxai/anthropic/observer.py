@@ -61,6 +61,10 @@ class MessagesObserver(TrackingObserver):
         assert frame.data is not None
         if frame.event == "ping":
             return
+        if frame.event == "error" and not frame.data.lstrip().startswith(b"{"):
+            # An error event is terminal whatever its data; the SDK raises on it.
+            self._finish(OutcomeKind.FAILED, frame.data.decode("utf-8", "replace")[:200])
+            return
         try:
             event = orjson.loads(frame.data)
         except orjson.JSONDecodeError:

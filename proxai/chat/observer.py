@@ -64,6 +64,12 @@ class ChatObserver(TrackingObserver):
         try:
             chunk = orjson.loads(frame.data)
         except orjson.JSONDecodeError:
+            chunk = None
+        if frame.event == "error" and not (isinstance(chunk, dict) and chunk.get("error")):
+            # Groq and others name their in-band error: terminal whatever the data says.
+            self._finish(OutcomeKind.FAILED, frame.data.decode("utf-8", "replace")[:200])
+            return
+        if chunk is None:
             self._note("data is not JSON")
             return
         if not isinstance(chunk, dict):
@@ -93,6 +99,7 @@ class ChatObserver(TrackingObserver):
         if isinstance(delta, dict):
             content = delta.get("content")
             if isinstance(content, str) and content:
+                self._guard_only(index, None)  # the calls before this text are complete
                 self._text(index, content, now)
             tool_calls = delta.get("tool_calls")
             if isinstance(tool_calls, list):
@@ -109,6 +116,12 @@ class ChatObserver(TrackingObserver):
             self._finish_reasons[index] = finish_reason
             for key in [k for k in self._open if isinstance(k, tuple) and k[0] == index]:
                 self._close_item(key)
+
+    def _guard_only(self, choice: int, key: tuple[int, int | str] | None) -> None:
+        """Guard call ``key`` and no other open call of ``choice``."""
+        for other_key, other in self._calls_by_key.items():
+            if other_key[0] == choice and other_key in self._open:
+                other.guarded = other_key == key
 
     def _text(self, choice: int, content: str, now: float) -> None:
         key = (choice, "text")
@@ -137,6 +150,13 @@ class ChatObserver(TrackingObserver):
         elif key not in self._open:
             self._note(f"a fragment for {item.label} after its choice finished")
             return
+        elif call_id and not item.call_id:
+            item.call_id = call_id
+            item.label += f" ({call_id})"
+        # Chat Completions streams a choice's calls one after another: a fragment of
+        # this call means the others of its choice are complete (still open, though,
+        # for a server that interleaves them).
+        self._guard_only(key[0], key)
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
             item.parts.append(arguments)
