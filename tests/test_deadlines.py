@@ -191,26 +191,23 @@ def added(index: int) -> bytes:
     )
 
 
-def delta(index: int, text: str) -> bytes:
+def _arguments_event(kind: str, index: int, **fields: str) -> bytes:
     return sse_event(
         {
-            "type": "response.function_call_arguments.delta",
+            "type": f"response.function_call_arguments.{kind}",
             "output_index": index,
             "item_id": f"fc_{index}",
-            "delta": text,
+            **fields,
         }
     )
+
+
+def delta(index: int, text: str) -> bytes:
+    return _arguments_event("delta", index, delta=text)
 
 
 def args_done(index: int, arguments: str) -> bytes:
-    return sse_event(
-        {
-            "type": "response.function_call_arguments.done",
-            "output_index": index,
-            "item_id": f"fc_{index}",
-            "arguments": arguments,
-        }
-    )
+    return _arguments_event("done", index, arguments=arguments)
 
 
 def item_done(index: int, arguments: str) -> bytes:
