@@ -386,7 +386,7 @@ class Relay:
             self._observer.fill(self.outcome)
             self.outcome.kind = verdict.kind
             self.outcome.detail = verdict.detail
-            if not forwarded and (verdict.closing or verdict.kind in _TIMEOUTS):
+            if not forwarded and (verdict.closing or verdict.kind in _FAULTS):
                 error = _error_before_first_byte(verdict)
                 self.outcome.status = error.status
                 await client.send(error)

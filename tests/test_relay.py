@@ -450,6 +450,19 @@ async def test_a_body_cut_short_upstream_is_broken_for_the_client_too(
     assert outcome.kind is OutcomeKind.UPSTREAM_RESET
 
 
+async def test_a_body_reset_before_its_first_byte_is_a_502(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    script = Script(headers=(("content-type", "application/json"),), steps=[Reset()])
+    upstream = await start_upstream([script])
+    async with proxai_for(upstream) as px, httpx.AsyncClient() as client:
+        response = await client.post(px.base_url + "/embeddings", json={})
+        (outcome,) = await px.wait_for_outcomes(1)
+    assert response.status_code == 502
+    assert response.json()["error"]["code"] == "upstream_reset"
+    assert outcome.kind is OutcomeKind.UPSTREAM_RESET
+
+
 async def test_healthz_and_unknown_paths(proxai_for: Any) -> None:
     async with proxai_for("http://127.0.0.1:9/v1") as px, httpx.AsyncClient() as client:
         health = await client.get(px.url + "/healthz")
