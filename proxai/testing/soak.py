@@ -16,6 +16,7 @@ Used by ``bench/soak.py`` (10,000 streams) and by the test suite (500).
 
 from __future__ import annotations
 
+import gc
 import os
 from collections import Counter
 from pathlib import Path
@@ -139,6 +140,10 @@ async def soak(streams: int, concurrency: int, *, warmup: int = 0) -> SoakReport
     """
     if warmup:
         await soak(warmup, concurrency)
+    # Garbage left by earlier work must not be collected mid-run and skew the counts;
+    # the count after the run is taken without collecting, so a socket that only the
+    # garbage collector would close shows as a leak.
+    gc.collect()
     report = SoakReport(streams, concurrency)
     report.fds_before, report.tasks_before, report.rss_before = (
         open_fds(),
