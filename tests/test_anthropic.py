@@ -391,3 +391,27 @@ async def test_parallel_tool_use_blocks_are_each_guarded(autojump_clock: MockClo
         ("get_weather", len('{"city": "北京"}')),
         ("get_aqi", 1),
     ]
+
+
+async def test_sdk_reads_parallel_tool_use_blocks(start_upstream: Any, proxai_for: Any) -> None:
+    second = [
+        event(
+            "content_block_start",
+            index=2,
+            content_block={"type": "tool_use", "id": "toolu_02", "name": "get_aqi", "input": {}},
+        ),
+        event(
+            "content_block_delta",
+            index=2,
+            delta={"type": "input_json_delta", "partial_json": '{"city": "北京"}'},
+        ),
+        event("content_block_stop", index=2),
+    ]
+    stream = b"".join([MESSAGE_START, *TEXT, *TOOL, *second, *END])
+    _, partial, error, outcome, _, _ = await run_sdk(
+        start_upstream, proxai_for, Script.sse([stream], chunk_size=53, headers=SSE_HEADERS)
+    )
+    assert error is None
+    assert partial == '{"city": "北京"}{"city": "北京"}'
+    assert outcome.kind is OutcomeKind.COMPLETED
+    assert [c.name for c in outcome.calls] == ["get_weather", "get_aqi"]
