@@ -115,7 +115,10 @@ class ProxaiApp:
             return
         headers: list[tuple[bytes, bytes]] = list(scope["headers"])
         raw_path: bytes = scope.get("raw_path") or path.encode()
-        protocol = self._protocol_for(path, headers)
+        # Routes are matched on the path an upstream would see after normalizing it
+        # ("/v1//responses/" is /v1/responses), so no spelling skips the observers.
+        route = "/" + "/".join(part for part in path.split("/") if part)
+        protocol = self._protocol_for(route, headers)
         shape = (
             ErrorShape.ANTHROPIC if protocol is Protocol.ANTHROPIC_MESSAGES else ErrorShape.OPENAI
         )
@@ -126,7 +129,7 @@ class ProxaiApp:
             )
             outcome.upstream = client.name
             body = await self._read_body(scope, receive)
-            body, observer_factory, streaming = self._prepare(method, path, body, client, outcome)
+            body, observer_factory, streaming = self._prepare(method, route, body, client, outcome)
         except ProxyError as exc:
             await send_error(send, exc, shape)
             outcome.kind = exc.kind or OutcomeKind.PROXY_ERROR

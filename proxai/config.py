@@ -179,6 +179,7 @@ def load_config(
     path: str | os.PathLike[str] | None = None,
     *,
     overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Config:
     """Read a TOML file (or only defaults), apply overrides table by table, validate.
 
@@ -200,21 +201,26 @@ def load_config(
         if merged:
             data[table] = merged
     config = _structure(data)
-    _check_upstreams(config)
+    _check_upstreams(config, os.environ if environ is None else environ)
     return config
 
 
-def _check_upstreams(config: Config) -> None:
+def _check_upstreams(config: Config, environ: Mapping[str, str]) -> None:
     problems: list[str] = []
     if DEFAULT_NAME in config.upstreams:
         problems.append(f"upstreams.{DEFAULT_NAME}: the name is taken by [upstream]")
     tables = [("upstream", config.upstream)]
     tables += [(f"upstreams.{name}", u) for name, u in config.upstreams.items()]
     for table, upstream in tables:
-        if upstream.base_url is None and table != "upstream":
+        configured = upstream != UpstreamConfig()  # [upstream] may be left out entirely
+        if upstream.base_url is None and (table != "upstream" or configured):
             problems.append(f"{table}.base_url: required key is missing")
         if upstream.api_key is not None and upstream.api_key_env is not None:
             problems.append(f"{table}.api_key and {table}.api_key_env: set one, not both")
+        elif upstream.api_key_env is not None and upstream.api_key_env not in environ:
+            problems.append(
+                f"{table}.api_key_env: the environment variable {upstream.api_key_env} is not set"
+            )
     if not config.all_upstreams():
         problems.append(
             "upstream.base_url: no upstream configured; set [upstream] base_url in the "

@@ -54,15 +54,17 @@ def _system_to_instructions(data: dict[str, Any], roles: frozenset[str]) -> bool
         text = _item_text(item) if is_message and item.get("role") in roles else None
         if text is None:
             kept.append(item)
-        else:
+        elif text.strip():
             moved.append(text)
-    if not moved:
+        # an empty system item is dropped: it would only add a blank paragraph
+    if len(kept) == len(items):
         return False
     existing = data.get("instructions")
     if isinstance(existing, str) and existing:
         moved.append(existing)
     data["input"] = kept
-    data["instructions"] = "\n\n".join(moved)
+    if moved:
+        data["instructions"] = "\n\n".join(moved)
     return True
 
 

@@ -60,7 +60,8 @@ def test_defaults_with_upstream_override() -> None:
     assert "sk-secret" not in repr(config)  # keys never show up in reprs or logs
 
 
-def test_overrides_win_over_the_file(tmp_path: Path) -> None:
+def test_overrides_win_over_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROXAI_TEST_KEY", "sk-from-env")
     config = load_config(
         write(tmp_path, FULL),
         overrides={"server": {"port": 1234, "host": None}, "upstream": {"api_key": None}},
@@ -113,7 +114,8 @@ def test_missing_file() -> None:
         load_config("/nonexistent/proxai.toml")
 
 
-def test_named_upstreams_and_protocols(tmp_path: Path) -> None:
+def test_named_upstreams_and_protocols(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant")
     text = """
 [upstream]
 base_url = "https://api.openai.com/v1"
@@ -163,3 +165,23 @@ def test_only_named_upstreams_is_enough(tmp_path: Path) -> None:
 def test_upstream_mistakes_name_the_key(tmp_path: Path, text: str, named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         load_config(write(tmp_path, text))
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        (
+            '[upstream]\napi_key = "k"\n[upstreams.x]\nbase_url = "http://b"\n',
+            r"upstream\.base_url: required key is missing",
+        ),
+        (
+            '[upstream]\nbase_url = "http://a"\napi_key_env = "PROXAI_SURELY_UNSET"\n',
+            r"upstream\.api_key_env: the environment variable PROXAI_SURELY_UNSET is not set",
+        ),
+    ],
+)
+def test_half_configured_upstreams_are_refused(tmp_path: Path, text: str, named: str) -> None:
+    # a table without its base_url, or a key variable that is not set, would otherwise
+    # be silently ignored and surface only as upstream 401s
+    with pytest.raises(ConfigError, match=named):
+        load_config(write(tmp_path, text), environ={})

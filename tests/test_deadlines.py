@@ -678,3 +678,14 @@ async def test_a_non_streaming_post_on_another_route_waits_up_to_total(
             {"model": "gpt-image-1", "prompt": "a run"}, path="/v1/images/generations"
         )
     assert (exchange.status, exchange.body, exchange.elapsed) == (200, b"{}", 200.0)
+
+
+@pytest.mark.parametrize("path", ["/v1//responses", "/v1/responses/", "/v1//responses//"])
+async def test_odd_spellings_of_the_route_keep_the_observer(
+    autojump_clock: MockClock, path: str
+) -> None:
+    async with MemoryProxy([Script.sse(TURN1_EVENTS[:6], then=[Stall()])]) as proxy:
+        exchange = await proxy.request(TURN1_REQUEST, path=path)
+    assert exchange.elapsed == 20.0
+    assert exchange.outcome is not None
+    assert exchange.outcome.kind is OutcomeKind.STALLED_TOOL_ARGUMENTS

@@ -116,3 +116,12 @@ async def test_configured_upstream_receives_the_normalized_body(
     first, second = upstream.requests
     assert first.json() == {"model": "m", "input": [USER], "instructions": "You are terse."}
     assert second.body == untouched  # byte for byte, indentation and all
+
+
+def test_an_empty_system_item_is_dropped_without_a_blank_paragraph() -> None:
+    empty = {"role": "system", "content": "  "}
+    _, after = run(
+        {"model": "m", "instructions": "Be kind.", "input": [empty, USER]},
+        NormalizeConfig(system_to_instructions=True),
+    )
+    assert orjson.loads(after) == {"model": "m", "instructions": "Be kind.", "input": [USER]}
