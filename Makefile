@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-clients lint typecheck check clean reliability-doc
+.PHONY: demo test test-clients lint typecheck check clean reliability-doc bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,12 @@ test-clients: $(STAMP)
 	cd tests/clients && if [ -f package-lock.json ]; then npm ci --no-audit --no-fund; \
 		else npm install --no-audit --no-fund; fi
 	$(BIN)/python tests/clients/run_clients.py
+
+## bench: throughput against a direct connection and nginx (installs nginx and wrk from Debian)
+bench: $(STAMP)
+	command -v nginx >/dev/null && command -v wrk >/dev/null || \
+		(apt-get update -qq && apt-get install -y -qq nginx wrk)
+	$(BIN)/python bench/throughput.py
 
 ## reliability-doc: regenerate docs/reliability.md from the fault matrix
 reliability-doc: $(STAMP)
