@@ -32,23 +32,48 @@ PROXAI = ROOT / ".venv" / "bin" / "proxai"
 def stream_40() -> bytes:
     """A Responses stream with 40 text deltas, compact JSON, as OpenAI frames it."""
     events = [
-        {"type": "response.created", "response": {"id": "resp_b", "object": "response",
-                                                  "status": "in_progress", "output": []}},
-        {"type": "response.output_item.added", "output_index": 0,
-         "item": {"type": "message", "id": "msg_b", "role": "assistant", "content": []}},
+        {
+            "type": "response.created",
+            "response": {
+                "id": "resp_b",
+                "object": "response",
+                "status": "in_progress",
+                "output": [],
+            },
+        },
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "item": {"type": "message", "id": "msg_b", "role": "assistant", "content": []},
+        },
     ]
     events += [
-        {"type": "response.output_text.delta", "output_index": 0, "content_index": 0,
-         "item_id": "msg_b", "delta": f"word{i} "}
+        {
+            "type": "response.output_text.delta",
+            "output_index": 0,
+            "content_index": 0,
+            "item_id": "msg_b",
+            "delta": f"word{i} ",
+        }
         for i in range(40)
     ]
     events += [
-        {"type": "response.output_text.done", "output_index": 0, "content_index": 0,
-         "item_id": "msg_b", "text": "".join(f"word{i} " for i in range(40))},
-        {"type": "response.output_item.done", "output_index": 0,
-         "item": {"type": "message", "id": "msg_b", "role": "assistant", "content": []}},
-        {"type": "response.completed", "response": {"id": "resp_b", "object": "response",
-                                                    "status": "completed", "output": []}},
+        {
+            "type": "response.output_text.done",
+            "output_index": 0,
+            "content_index": 0,
+            "item_id": "msg_b",
+            "text": "".join(f"word{i} " for i in range(40)),
+        },
+        {
+            "type": "response.output_item.done",
+            "output_index": 0,
+            "item": {"type": "message", "id": "msg_b", "role": "assistant", "content": []},
+        },
+        {
+            "type": "response.completed",
+            "response": {"id": "resp_b", "object": "response", "status": "completed", "output": []},
+        },
     ]
     out = b""
     for seq, event in enumerate(events):
@@ -102,9 +127,22 @@ def nginx(conf: str, workdir: Path, name: str, core: int) -> subprocess.Popen[by
 
 def wrk(port: int, connections: int, seconds: float, script: Path) -> dict[str, float]:
     result = subprocess.run(
-        ["taskset", "-c", "0", "wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--latency",
-         "-s", str(script), f"http://127.0.0.1:{port}/v1/responses"],
-        capture_output=True, text=True, check=True,
+        [
+            "taskset",
+            "-c",
+            "0",
+            "wrk",
+            "-t1",
+            f"-c{connections}",
+            f"-d{max(1, round(seconds))}s",
+            "--latency",
+            "-s",
+            str(script),
+            f"http://127.0.0.1:{port}/v1/responses",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     text = result.stdout
     if os.environ.get("BENCH_DEBUG"):
@@ -120,13 +158,18 @@ def wrk(port: int, connections: int, seconds: float, script: Path) -> dict[str, 
         value, unit = float(match.group(1)), match.group(2)
         return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
 
-    return {"requests": requests, "errors": int(errors.group(1)) if errors else 0,
-            "p50_ms": ms(p50), "p99_ms": ms(p99)}
+    return {
+        "requests": requests,
+        "errors": int(errors.group(1)) if errors else 0,
+        "p50_ms": ms(p50),
+        "p99_ms": ms(p99),
+    }
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     args = parser.parse_args()
@@ -142,16 +185,16 @@ def main() -> int:
     base = "daemon off; pid {pid}; error_log stderr; events {{ worker_connections 4096; }}\n"
     # A static file answers the POST (error_page turns the static module's 405 into it).
     upstream_conf = base.format(pid=workdir / "up.pid") + (
-        "worker_processes 1; http { access_log off; server { listen 127.0.0.1:%d;"
-        " location = /v1/responses { default_type text/event-stream; alias %s;"
+        "worker_processes 1; http { access_log off; server { listen 127.0.0.1:UP;"
+        " location = /v1/responses { default_type text/event-stream; alias FILE;"
         " error_page 405 =200 $uri; } } }"
-    ) % (up, workdir / "stream.sse")
+    ).replace("UP", str(up)).replace("FILE", str(workdir / "stream.sse"))
     proxy_conf = base.format(pid=workdir / "nx.pid") + (
         "worker_processes 1; http { access_log off;"
-        " upstream up { server 127.0.0.1:%d; keepalive 128; }"
-        " server { listen 127.0.0.1:%d; location / { proxy_pass http://up;"
-        " proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; } } }"
-    ) % (up, nx)
+        " upstream up { server 127.0.0.1:UP; keepalive 128; }"
+        " server { listen 127.0.0.1:NX; location / { proxy_pass http://up;"
+        ' proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; } } }'
+    ).replace("UP", str(up)).replace("NX", str(nx))
     script = workdir / "post.lua"
     script.write_text(
         'wrk.method = "POST"\n'
@@ -161,17 +204,34 @@ def main() -> int:
     processes = [nginx(upstream_conf, workdir, "up", 0), nginx(proxy_conf, workdir, "nx", 1)]
     processes.append(
         subprocess.Popen(
-            ["taskset", "-c", "1", str(PROXAI), "serve", "--port", str(px), "--upstream",
-             f"http://127.0.0.1:{up}/v1", "--api-key", "sk-bench", "--log-level", "WARNING"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                "taskset",
+                "-c",
+                "1",
+                str(PROXAI),
+                "serve",
+                "--port",
+                str(px),
+                "--upstream",
+                f"http://127.0.0.1:{up}/v1",
+                "--api-key",
+                "sk-bench",
+                "--log-level",
+                "WARNING",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
     )
     results: list[dict[str, object]] = []
     try:
         for port in (up, nx, px):
             wait_port(port)
-        targets = {"direct": (up, None), "nginx": (nx, processes[1].pid),
-                   "proxai": (px, processes[2].pid)}
+        targets = {
+            "direct": (up, None),
+            "nginx": (nx, processes[1].pid),
+            "proxai": (px, processes[2].pid),
+        }
         for name, (port, pid) in targets.items():
             wrk(port, 4, 1.0, script)  # warm up
             for connections in args.concurrency:
@@ -179,9 +239,14 @@ def main() -> int:
                 before = cpu_seconds(pids) if pids else 0.0
                 figures = wrk(port, connections, args.seconds, script)
                 cpu = (cpu_seconds(pids) - before) if pids else float("nan")
-                row = {"target": name, "concurrency": connections, **figures,
-                       "streams_per_s": figures["requests"] / args.seconds, "proxy_cpu_s": cpu,
-                       "streams_per_core_s": figures["requests"] / cpu if cpu else float("nan")}
+                row = {
+                    "target": name,
+                    "concurrency": connections,
+                    **figures,
+                    "streams_per_s": figures["requests"] / args.seconds,
+                    "proxy_cpu_s": cpu,
+                    "streams_per_core_s": figures["requests"] / cpu if cpu else float("nan"),
+                }
                 results.append(row)
                 print(json.dumps(row), flush=True)
     finally:
