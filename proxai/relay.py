@@ -425,8 +425,6 @@ class Relay:
                     return self._observer.on_total_timeout(self._clock.now()), forwarded
                 return self._observer.on_deadline(self._clock.now()), forwarded
             if isinstance(message, _Body):
-                if message.frames:
-                    self._count(message.frames)
                 self._observe_frames(message)
                 if message.data:
                     forwarded = True
@@ -454,13 +452,14 @@ class Relay:
             except (trio.WouldBlock, trio.EndOfChannel):
                 return b"".join(data)
             if isinstance(message, _Body):
-                if message.frames:
-                    self._count(message.frames)
                 self._observe_frames(message)
                 data.append(message.data)
 
     def _observe_frames(self, message: _Body) -> None:
-        """Feed the observer; if it fails on odd input, relay on without it."""
+        """Count and feed a read's frames; if the observer fails on odd input, relay on
+        without it."""
+        if message.frames:
+            self._count(message.frames)
         try:
             self._observer.on_frames(message.frames, message.at)
         except Exception as exc:

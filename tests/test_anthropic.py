@@ -91,6 +91,23 @@ ANTHROPIC_UPSTREAM = {
 }
 
 
+def second_tool(partial_json: str) -> list[bytes]:
+    """A second tool_use block (index 2, get_aqi): start, one input delta, stop."""
+    return [
+        event(
+            "content_block_start",
+            index=2,
+            content_block={"type": "tool_use", "id": "toolu_02", "name": "get_aqi", "input": {}},
+        ),
+        event(
+            "content_block_delta",
+            index=2,
+            delta={"type": "input_json_delta", "partial_json": partial_json},
+        ),
+        event("content_block_stop", index=2),
+    ]
+
+
 def sse(events: list[bytes], then: list[Any] | None = None) -> Script:
     return Script(headers=SSE_HEADERS, steps=[*(Send(e) for e in events), *(then or [])])
 
@@ -369,16 +386,7 @@ async def test_anthropic_sdk_models_list_goes_to_the_anthropic_upstream(
 
 
 async def test_parallel_tool_use_blocks_are_each_guarded(autojump_clock: MockClock) -> None:
-    second = [
-        event(
-            "content_block_start",
-            index=2,
-            content_block={"type": "tool_use", "id": "toolu_02", "name": "get_aqi", "input": {}},
-        ),
-        event(
-            "content_block_delta", index=2, delta={"type": "input_json_delta", "partial_json": "{"}
-        ),
-    ]
+    second = second_tool("{")[:-1]  # still open
     steps: list[Any] = [Send(MESSAGE_START + b"".join(TOOL) + b"".join(second))]
     async with MemoryProxy(
         [Script(headers=SSE_HEADERS, steps=[*steps, Stall()])], upstreams=ANTHROPIC_UPSTREAM
@@ -394,19 +402,7 @@ async def test_parallel_tool_use_blocks_are_each_guarded(autojump_clock: MockClo
 
 
 async def test_sdk_reads_parallel_tool_use_blocks(start_upstream: Any, proxai_for: Any) -> None:
-    second = [
-        event(
-            "content_block_start",
-            index=2,
-            content_block={"type": "tool_use", "id": "toolu_02", "name": "get_aqi", "input": {}},
-        ),
-        event(
-            "content_block_delta",
-            index=2,
-            delta={"type": "input_json_delta", "partial_json": '{"city": "北京"}'},
-        ),
-        event("content_block_stop", index=2),
-    ]
+    second = second_tool('{"city": "北京"}')
     stream = b"".join([MESSAGE_START, *TEXT, *TOOL, *second, *END])
     _, partial, error, outcome, _, _ = await run_sdk(
         start_upstream, proxai_for, Script.sse([stream], chunk_size=53, headers=SSE_HEADERS)
