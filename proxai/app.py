@@ -14,22 +14,35 @@ from functools import partial
 from typing import Any
 from urllib.parse import unquote
 
+import attrs
 import orjson
 import trio
 
 from .anthropic.observer import MessagesObserver
 from .anthropic.request import project_messages_request
+from .auth import ClientKeys
 from .chat.observer import ChatObserver
-from .chat.request import project_chat_request
-from .config import Config, Protocol
+from .chat.request import ChatRequestProjection, project_chat_request
+from .config import Config, Protocol, TimeoutsConfig
 from .errors import ErrorShape, ProxyError
 from .json_body import load_json_object
 from .normalize import normalize_body
 from .observer import PassThroughObserver, StreamObserver
 from .outcome import Outcome, OutcomeKind
-from .relay import ASGIReceive, ASGISend, ProxiedRequest, Relay, send_error
+from .relay import (
+    ASGIReceive,
+    ASGISend,
+    ObserverFactory,
+    ProxiedRequest,
+    Relay,
+    UpstreamTarget,
+    send_error,
+    shutdown_error,
+)
 from .responses.observer import ResponsesObserver
-from .responses.request import project_request
+from .responses.request import RequestProjection, project_request
+from .retry import RetryPlan
+from .routes import Router
 from .upstream import UpstreamClient
 
 __all__ = ["ProxaiApp"]
@@ -44,6 +57,10 @@ OutcomeHook = Callable[[Outcome], None]
 UpstreamFactory = Callable[..., UpstreamClient]
 
 
+#: After drain_timeout, how long stopped streams get to write their closing events.
+STOP_GRACE = 5.0
+
+
 class ProxaiApp:
     """ASGI 3 application; ``on_outcome`` is called with every request's outcome."""
 
@@ -55,14 +72,32 @@ class ProxaiApp:
         upstream_factory: UpstreamFactory = UpstreamClient,
     ) -> None:
         self.config = config
+        self._router = Router(config)
+        self._keys = ClientKeys.from_config(config.auth)
         self._clients: dict[str, UpstreamClient] = {}
         self._upstream_factory = upstream_factory
         self._on_outcome = on_outcome
+        #: Proxied requests from arrival to their end (server.max_concurrent_streams).
+        self._in_flight = 0
+        self._relays: set[Relay] = set()
+        self._draining = False
+        self._drain_requested = trio.Event()
+        self._idle = trio.Event()  # set once draining and nothing is in flight
+        self._drain_scope = trio.CancelScope()  # the wait for in-flight requests
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @property
+    def ready(self) -> bool:
+        """Started and not draining: what ``/readyz`` reports."""
+        return bool(self._clients) and not self._draining
 
     async def startup(self) -> None:
         """Open a connection pool per upstream (lifespan startup)."""
         self._clients = {
-            name: self._upstream_factory(upstream, self.config.timeouts, name=name)
+            name: self._upstream_factory(upstream, self.config.timeouts_for(name), name=name)
             for name, upstream in self.config.all_upstreams()
         }
 
@@ -72,6 +107,35 @@ class ProxaiApp:
         for client in clients.values():
             await client.aclose()
 
+    def begin_drain(self) -> None:
+        """Stop taking requests (``/readyz`` turns 503; new ones get 503); the
+        lifespan task then runs :meth:`drain`."""
+        self._draining = True
+        if not self._in_flight:
+            self._idle.set()
+        self._drain_requested.set()
+
+    async def drain(self) -> None:
+        """Let in-flight requests finish for ``server.drain_timeout``, then end the rest
+        with their protocol's error and wait (up to :data:`STOP_GRACE`) until they have."""
+        self.begin_drain()
+        with self._drain_scope:
+            self._drain_scope.deadline = trio.current_time() + self.config.server.drain_timeout
+            await self._idle.wait()
+        if self._relays:
+            log.warning(
+                "drain_timeout passed: ending %d open stream(s) with an error", len(self._relays)
+            )
+        for relay in list(self._relays):
+            relay.stop()
+        with trio.move_on_after(STOP_GRACE):
+            await self._idle.wait()
+
+    def hurry(self) -> None:
+        """End the drain now (a second SIGINT/SIGTERM): open streams get their error."""
+        self.begin_drain()
+        self._drain_scope.cancel()
+
     async def __call__(self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
         if scope["type"] == "http":
             await self._http(scope, receive, send)
@@ -80,93 +144,179 @@ class ProxaiApp:
 
     async def _lifespan(self, receive: ASGIReceive, send: ASGISend) -> None:
         try:
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    try:
-                        await self.startup()
-                    except Exception as exc:  # reported to the server, which stops
-                        await send({"type": "lifespan.startup.failed", "message": str(exc)})
-                        return
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await self.shutdown()
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._drain_when_asked)
+                await self._lifespan_messages(receive, send)
+                nursery.cancel_scope.cancel()
         finally:
             # A server cancelled without a graceful shutdown still closes the pools:
             # their sockets must not wait for the garbage collector.
             with trio.CancelScope(shield=True):
                 await self.shutdown()
 
+    async def _drain_when_asked(self) -> None:
+        await self._drain_requested.wait()
+        await self.drain()
+
+    async def _lifespan_messages(self, receive: ASGIReceive, send: ASGISend) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as exc:  # reported to the server, which stops
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
     async def _http(self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
         method: str = scope["method"]
         path: str = scope["path"]
-        if path == "/healthz" and method in ("GET", "HEAD"):
-            body = b'{"status":"ok"}'
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 200,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"15")],
-                }
-            )
-            await send({"type": "http.response.body", "body": body if method == "GET" else b""})
+        if path in ("/healthz", "/readyz") and method in ("GET", "HEAD"):
+            await self._health(path, method, send)
             return
         headers: list[tuple[bytes, bytes]] = list(scope["headers"])
         raw_path: bytes = scope.get("raw_path") or path.encode()
         # Routes are matched on the path an upstream would see after normalizing it
         # ("/v1//responses/" is /v1/responses), so no spelling skips the observers.
-        route = "/" + "/".join(part for part in path.split("/") if part)
-        protocol = self._protocol_for(route, headers)
+        route_path = "/" + "/".join(part for part in path.split("/") if part)
+        protocol = self._protocol_for(route_path, headers)
         shape = (
             ErrorShape.ANTHROPIC if protocol is Protocol.ANTHROPIC_MESSAGES else ErrorShape.OPENAI
         )
         outcome = Outcome(method, path)
+        admitted = False
         try:
-            client = self._client_for(
-                method, path, scope.get("raw_path") or path.encode(), protocol
+            self._admit(method, path, raw_path, headers, protocol)
+            admitted = True
+            self._in_flight += 1
+            await self._proxy(
+                scope, receive, send, headers, raw_path, route_path, protocol, shape, outcome
             )
-            outcome.upstream = client.name
-            body = await self._read_body(scope, receive)
-            body, observer_factory, streaming = self._prepare(method, route, body, client, outcome)
         except ProxyError as exc:
             await send_error(send, exc, shape)
             outcome.kind = exc.kind or OutcomeKind.PROXY_ERROR
             outcome.status = exc.status
             outcome.detail = exc.message
-            self._report(outcome)
-            return
-        request = ProxiedRequest(
-            method,
-            path,
-            raw_path,
-            scope.get("query_string", b""),
-            headers,
-            body,
-            first_byte_applies=streaming,
-        )
-        relay = Relay(
-            client,
-            self.config.timeouts,
-            request,
-            send,
-            receive,
-            observer_factory=observer_factory,
-            outcome=outcome,
-            error_shape=shape,
-            max_event_bytes=self.config.server.max_event_bytes,
-            can_abort=scope.get("http_version") != "2",
-        )
-        try:
-            await relay.run()
         except Exception as exc:
             outcome.kind = outcome.kind or OutcomeKind.PROXY_ERROR
             outcome.detail = f"internal error: {type(exc).__name__}: {exc}"
             raise
         finally:
+            if admitted:
+                self._in_flight -= 1
+                if self._draining and not self._in_flight:
+                    self._idle.set()
             # Every request leaves a record, even one a bug or a shutdown cut short.
             self._report(outcome)
+
+    def _admit(
+        self,
+        method: str,
+        path: str,
+        raw_path: bytes,
+        headers: list[tuple[bytes, bytes]],
+        protocol: Protocol,
+    ) -> None:
+        """Refuse what proxai will not relay, before reading the body or going upstream."""
+        self._check_path(method, path, raw_path)
+        limit = self.config.server.max_header_bytes
+        # Hypercorn bounds a header block only while it is incomplete; this bounds it whole.
+        if sum(len(n) + len(v) + 4 for n, v in headers) + len(raw_path) > limit:
+            raise ProxyError(
+                431,
+                f"request headers are larger than the limit of {limit} bytes "
+                "(server.max_header_bytes)",
+                "invalid_request_error",
+                code="request_headers_too_large",
+            )
+        if self._draining:
+            raise shutdown_error()
+        if self._keys is not None:
+            self._keys.check(headers, protocol)
+        streams = self.config.server.max_concurrent_streams
+        if streams and self._in_flight >= streams:
+            raise _overloaded(streams)
+        if not self._clients:
+            raise ProxyError(503, "proxai is not started", "server_error")
+        if not self._router.has_protocol(protocol):
+            self._router.route_for(protocol, None)  # raises the 404 that says what is missing
+
+    async def _proxy(
+        self,
+        scope: dict[str, Any],
+        receive: ASGIReceive,
+        send: ASGISend,
+        headers: list[tuple[bytes, bytes]],
+        raw_path: bytes,
+        route_path: str,
+        protocol: Protocol,
+        shape: ErrorShape,
+        outcome: Outcome,
+    ) -> None:
+        """Read and route one admitted request, then relay it; raises ProxyError."""
+        method = outcome.method
+        body = await self._read_body(scope, receive)
+        if self._draining:
+            raise shutdown_error()
+        prepared = self._prepare(method, route_path, body, outcome)
+        route = self._router.route_for(protocol, prepared.model)
+        outcome.route = route.name
+        targets = {
+            name: UpstreamTarget(
+                self._clients[name],
+                self._clients[name].timeouts,
+                self._body_for(name, body, prepared, route.upstream_model),
+            )
+            for name in dict.fromkeys(route.upstreams)
+        }
+        request = ProxiedRequest(
+            method,
+            outcome.path,
+            raw_path,
+            scope.get("query_string", b""),
+            headers,
+            first_byte_applies=prepared.streaming,
+        )
+        relay = Relay(
+            targets,
+            RetryPlan(route.upstreams, self.config.retries),
+            self.config.timeouts,
+            request,
+            send,
+            receive,
+            observer_factory=prepared.observer_factory,
+            outcome=outcome,
+            error_shape=shape,
+            max_event_bytes=self.config.server.max_event_bytes,
+            can_abort=scope.get("http_version") != "2",
+        )
+        self._relays.add(relay)
+        try:
+            await relay.run()
+        finally:
+            self._relays.discard(relay)
+
+    async def _health(self, path: str, method: str, send: ASGISend) -> None:
+        ok = path == "/healthz" or self.ready
+        body = b'{"status":"ok"}' if ok else b'{"status":"draining"}'
+        if not self._clients and path == "/readyz":
+            body = b'{"status":"starting"}'
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200 if ok else 503,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body if method == "GET" else b""})
 
     def _protocol_for(self, path: str, headers: list[tuple[bytes, bytes]]) -> Protocol:
         """Anthropic for /v1/messages, and for any /v1 request an Anthropic SDK makes
@@ -174,13 +324,12 @@ class ProxaiApp:
         if path == "/v1/messages" or path.startswith("/v1/messages/"):
             return Protocol.ANTHROPIC_MESSAGES
         anthropic_client = any(name == b"anthropic-version" for name, _ in headers)
-        if anthropic_client and self.config.upstream_for(Protocol.ANTHROPIC_MESSAGES):
+        if anthropic_client and self._router.has_protocol(Protocol.ANTHROPIC_MESSAGES):
             return Protocol.ANTHROPIC_MESSAGES
         return Protocol.OPENAI
 
-    def _client_for(
-        self, method: str, path: str, raw_path: bytes, protocol: Protocol
-    ) -> UpstreamClient:
+    @staticmethod
+    def _check_path(method: str, path: str, raw_path: bytes) -> None:
         decoded = unquote(raw_path.decode("latin-1"))
         if any(segment in (".", "..") for segment in decoded.split("/")):
             # Forwarded as sent, a dot segment could reach outside the upstream's /v1.
@@ -191,61 +340,61 @@ class ProxaiApp:
         if not (path == "/v1" or path.startswith("/v1/")) or not raw_path.startswith(b"/v1"):
             raise ProxyError(
                 404,
-                f"no route for {method} {path}: proxai serves /v1/... and /healthz",
+                f"no route for {method} {path}: proxai serves /v1/..., /healthz and /readyz",
                 "invalid_request_error",
                 code="not_found",
             )
-        if not self._clients:
-            raise ProxyError(503, "proxai is not started", "server_error")
-        found = self.config.upstream_for(protocol)
-        if found is None:
-            if protocol is Protocol.ANTHROPIC_MESSAGES:
-                message = (
-                    f"no Anthropic upstream is configured for {path}: add an [upstreams.NAME] "
-                    'table with protocol = "anthropic_messages"'
-                )
-            else:
-                message = f"no OpenAI-compatible upstream is configured for {path}"
-            raise ProxyError(404, message, "invalid_request_error", code="no_upstream")
-        return self._clients[found[0]]
 
-    def _prepare(
-        self, method: str, path: str, body: bytes, client: UpstreamClient, outcome: Outcome
-    ) -> tuple[bytes, Callable[[], StreamObserver], bool]:
+    def _prepare(self, method: str, path: str, body: bytes, outcome: Outcome) -> _Prepared:
         """Check and project the body of a generation request; pick its observer.
 
-        Returns the body to send (normalized, or the original bytes), the observer
-        factory for an event-stream answer, and whether ``first_byte`` applies: to
+        Says which model the request is for (routes match it), how to build the
+        observer for an event-stream answer, and whether ``first_byte`` applies: to
         requests that ask for a stream or carry no body, not to a generation that
         answers only once it is whole.
         """
-        timeouts = self.config.timeouts
         if method == "GET" and path.startswith("/v1/responses/"):
             # GET /v1/responses/{id}?stream=true resumes a background response's stream.
-            return body, partial(ResponsesObserver, timeouts, None), True
+            return _Prepared(None, None, _resumed_responses_observer, True)
         if method != "POST" or path not in JSON_ROUTES:
-            return body, PassThroughObserver, not body or _asks_for_a_stream(body)
+            data = _json_object_or_none(body)
+            model = data.get("model") if data is not None else None
+            streaming = not body or (data is not None and data.get("stream") is True)
+            return _Prepared(
+                data, model if isinstance(model, str) else None, _pass_through, streaming
+            )
         data = load_json_object(body)
-        factory: Callable[[], StreamObserver]
+        factory: ObserverFactory
         if path == "/v1/responses":
             projection = project_request(data)
             outcome.model, outcome.tools = projection.model, projection.tool_names()
-            factory = partial(ResponsesObserver, timeouts, projection)
+            factory = partial(_responses_observer, projection)
             streaming = projection.stream is True
         elif path == "/v1/chat/completions":
             chat = project_chat_request(data)
             outcome.model, outcome.tools = chat.model, chat.tool_names()
-            factory = partial(ChatObserver, timeouts, chat)
+            factory = partial(_chat_observer, chat)
             streaming = chat.stream is True
         else:
             messages = project_messages_request(data)
             outcome.model, outcome.tools = messages.model, messages.tool_names()
-            factory = partial(MessagesObserver, timeouts)
+            factory = MessagesObserver
             streaming = messages.stream is True
-        body = normalize_body(
-            body, data, client.config.normalize, responses=path == "/v1/responses"
+        return _Prepared(data, outcome.model, factory, streaming, responses=path == "/v1/responses")
+
+    def _body_for(
+        self, name: str, body: bytes, prepared: _Prepared, upstream_model: str | None
+    ) -> bytes:
+        """The body one upstream gets: the client's bytes unless a rewrite applies."""
+        passes = self._clients[name].config.normalize
+        if prepared.data is None or (
+            upstream_model is None and not (prepared.responses and passes.system_to_instructions)
+        ):
+            return body
+        data = orjson.loads(body)  # a fresh copy: each upstream's rewrites are its own
+        return normalize_body(
+            body, data, passes, responses=prepared.responses, upstream_model=upstream_model
         )
-        return body, factory, streaming
 
     def _report(self, outcome: Outcome) -> None:
         if self._on_outcome is not None:
@@ -291,15 +440,54 @@ class ProxaiApp:
         )
 
 
-def _asks_for_a_stream(body: bytes) -> bool:
-    """Whether a body on another route is a JSON object with ``"stream": true``."""
+def _json_object_or_none(body: bytes) -> dict[str, Any] | None:
+    """A body on another route, parsed if it is a JSON object (for its model and stream)."""
     if not body.lstrip().startswith(b"{"):
-        return False
+        return None
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return False
-    return isinstance(data, dict) and data.get("stream") is True
+        return None
+    return data if isinstance(data, dict) else None
+
+
+@attrs.frozen
+class _Prepared:
+    """What the body of a request says about how to route and observe it."""
+
+    data: dict[str, Any] | None  # the parsed body, when it is a JSON object
+    model: str | None
+    observer_factory: ObserverFactory
+    streaming: bool  # whether first_byte applies
+    responses: bool = False  # a Responses request (normalization has passes for it)
+
+
+def _pass_through(timeouts: TimeoutsConfig) -> StreamObserver:
+    return PassThroughObserver()
+
+
+def _resumed_responses_observer(timeouts: TimeoutsConfig) -> StreamObserver:
+    return ResponsesObserver(timeouts, None)
+
+
+def _responses_observer(projection: RequestProjection, timeouts: TimeoutsConfig) -> StreamObserver:
+    return ResponsesObserver(timeouts, projection)
+
+
+def _chat_observer(projection: ChatRequestProjection, timeouts: TimeoutsConfig) -> StreamObserver:
+    return ChatObserver(timeouts, projection)
+
+
+def _overloaded(limit: int) -> ProxyError:
+    return ProxyError(
+        503,
+        f"proxai is at its limit of {limit} concurrent requests "
+        "(server.max_concurrent_streams); retry shortly",
+        "server_error",
+        code="proxy_overloaded",
+        headers=((b"retry-after", b"1"),),
+        kind=OutcomeKind.OVERLOADED,
+    )
 
 
 def _too_large(limit: int) -> ProxyError:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 
 import trio
 
-from .config import ConfigError, load_config
+from .config import ConfigError, load_config, route_warnings
+from .outcome import Outcome
 
 __all__ = ["main"]
 
@@ -31,6 +32,12 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--upstream", metavar="URL", help="upstream base URL, e.g. https://api.openai.com/v1"
     )
     p.add_argument("--api-key", metavar="KEY", help="key proxai sends upstream (upstream.api_key)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="worker processes sharing the port (server.workers, default 1)",
+    )
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
 
 
@@ -49,35 +56,74 @@ def _demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     add_demo_arguments(p)
 
 
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
+    )
+    for noisy in ("httpx", "httpcore"):  # a line per upstream request says nothing new
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def outcome_logger() -> Callable[[Outcome], None]:
+    """One line per finished request (issue 6 makes it a structured record)."""
+    log = logging.getLogger("proxai.request")
+
+    def record(outcome: Outcome) -> None:
+        attempts = len(outcome.attempts)
+        log.info(
+            "%s %s -> %s %s upstream=%s attempts=%d model=%s %.1f ms",
+            outcome.method,
+            outcome.path,
+            outcome.status,
+            outcome.kind.value if outcome.kind else None,
+            outcome.upstream,
+            attempts,
+            outcome.model,
+            (outcome.total_s or 0.0) * 1000,
+        )
+
+    return record
+
+
 def _serve(args: argparse.Namespace) -> int:
-    from .server import serve, wait_for_signal
+    from .auth import ClientKeys
+    from .server import serve
 
     try:
         config = load_config(
             args.config,
             overrides={
-                "server": {"host": args.host, "port": args.port},
+                "server": {"host": args.host, "port": args.port, "workers": args.workers},
                 "upstream": {"base_url": args.upstream, "api_key": args.api_key},
             },
         )
-    except ConfigError as exc:
+        ClientKeys.from_config(config.auth)  # a bad keys file stops start-up here
+    except (ConfigError, OSError) as exc:
         print(f"proxai: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    configure_logging(args.log_level)
+    log = logging.getLogger("proxai")
+    for warning in route_warnings(config):
+        log.warning("%s", warning)
+    upstreams = ", ".join(
+        f"{name}={u.url} ({u.protocol.value})" for name, u in config.all_upstreams()
     )
+    if config.server.workers > 1:
+        from .workers import run_workers
+
+        log.info("upstreams: %s", upstreams)
+        return run_workers(config, (args.log_level,))
 
     async def run() -> None:
         async with trio.open_nursery() as nursery:
-            binds = await nursery.start(partial(serve, config, shutdown_trigger=wait_for_signal))
-            upstreams = ", ".join(
-                f"{name}={u.url} ({u.protocol.value})" for name, u in config.all_upstreams()
+            binds = await nursery.start(
+                partial(serve, config, on_outcome=outcome_logger(), handle_signals=True)
             )
-            logging.getLogger("proxai").info(
-                "proxai listening on %s, upstreams: %s", ", ".join(binds), upstreams
-            )
+            log.info("proxai listening on %s, upstreams: %s", ", ".join(binds), upstreams)
 
     trio.run(run)
+    log.info("proxai stopped")
     return 0
 
 

@@ -18,16 +18,22 @@ from typing import Any
 import attrs
 
 from .converters import InvalidValue, error_paths, strict_converter
+from .model_patterns import compile_pattern, is_exact
 
 __all__ = [
+    "AuthConfig",
     "Config",
     "ConfigError",
     "NormalizeConfig",
     "Protocol",
+    "RetriesConfig",
+    "RouteConfig",
     "ServerConfig",
     "TimeoutsConfig",
     "UpstreamConfig",
+    "UpstreamTimeouts",
     "load_config",
+    "route_warnings",
 ]
 
 DEFAULT_UPSTREAM = "https://api.openai.com/v1"
@@ -46,6 +52,16 @@ def _positive(inst: object, attribute: attrs.Attribute[Any], value: float) -> No
 def _positive_int(inst: object, attribute: attrs.Attribute[Any], value: int) -> None:
     if value <= 0:
         raise InvalidValue(attribute, f"must be a positive integer, got {value!r}")
+
+
+def _non_negative_int(inst: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if value < 0:
+        raise InvalidValue(attribute, f"must be 0 or a positive integer, got {value!r}")
+
+
+def _optional_positive(inst: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None:
+        _positive(inst, attribute, value)
 
 
 def _port(inst: object, attribute: attrs.Attribute[Any], value: int) -> None:
@@ -67,6 +83,17 @@ class ServerConfig:
     max_request_body_bytes: int = attrs.field(default=50 * 1024 * 1024, validator=_positive_int)
     #: The largest single SSE event proxai holds while waiting for its end.
     max_event_bytes: int = attrs.field(default=16 * 1024 * 1024, validator=_positive_int)
+    #: Proxied requests in flight at once, per process; over it: 503. 0: no limit.
+    max_concurrent_streams: int = attrs.field(default=0, validator=_non_negative_int)
+    #: Request line and headers, per request (hypercorn's h11 and h2 limits).
+    max_header_bytes: int = attrs.field(default=64 * 1024, validator=_positive_int)
+    #: On SIGTERM/SIGINT, how long in-flight streams may run before proxai ends them.
+    drain_timeout: float = attrs.field(default=30.0, validator=_positive)
+    #: Worker processes sharing the listening socket (``--workers``).
+    workers: int = attrs.field(default=1, validator=_positive_int)
+    certfile: str | None = None  # TLS: serve https (and HTTP/2 through ALPN)
+    keyfile: str | None = None
+    ca_certs: str | None = None  # TLS: require client certificates signed by these CAs
 
 
 class Protocol(enum.StrEnum):
@@ -87,6 +114,16 @@ class NormalizeConfig:
 
 
 @attrs.frozen
+class UpstreamTimeouts:
+    """Per-upstream overrides of the ``[timeouts]`` that concern the upstream alone."""
+
+    connect: float | None = attrs.field(default=None, validator=_optional_positive)
+    first_byte: float | None = attrs.field(default=None, validator=_optional_positive)
+    idle: float | None = attrs.field(default=None, validator=_optional_positive)
+    tool_arguments: float | None = attrs.field(default=None, validator=_optional_positive)
+
+
+@attrs.frozen
 class UpstreamConfig:
     """A server requests are forwarded to."""
 
@@ -95,6 +132,12 @@ class UpstreamConfig:
     api_key_env: str | None = None
     protocol: Protocol = Protocol.OPENAI
     normalize: NormalizeConfig = NormalizeConfig()
+    #: Extra headers sent with every request to this upstream (e.g. an organization).
+    headers: dict[str, str] = attrs.field(factory=dict, repr=False)
+    timeouts: UpstreamTimeouts = UpstreamTimeouts()
+    #: Verify the upstream's TLS certificate (against ``ca_bundle`` if set).
+    verify: bool = True
+    ca_bundle: str | None = None
 
     @property
     def url(self) -> str:
@@ -125,6 +168,37 @@ class TimeoutsConfig:
 
 
 @attrs.frozen
+class RouteConfig:
+    """A ``[[routes]]`` entry: requests for matching models go to these upstreams."""
+
+    model: str  # exact, glob ("gpt-*"), or regex ("re:^o[0-9]")
+    upstreams: list[str]  # tried in order
+    upstream_model: str | None = None  # replaces the request's model upstream
+
+
+@attrs.frozen
+class RetriesConfig:
+    """Retries and fallback before the client has seen a byte (see docs/configuration.md)."""
+
+    max_attempts: int = attrs.field(default=3, validator=_positive_int)
+    backoff_initial: float = attrs.field(default=0.25, validator=_positive)
+    backoff_max: float = attrs.field(default=4.0, validator=_positive)
+    retry_after_max: float = attrs.field(default=10.0, validator=_positive)
+
+
+@attrs.frozen
+class AuthConfig:
+    """Client keys; with none configured, proxai lets every client through."""
+
+    keys: list[str] = attrs.field(factory=list, repr=False)
+    keys_file: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.keys) or self.keys_file is not None
+
+
+@attrs.frozen
 class Config:
     """The whole configuration, as loaded from TOML and command-line overrides."""
 
@@ -132,6 +206,22 @@ class Config:
     upstream: UpstreamConfig = UpstreamConfig()  # the default upstream
     upstreams: dict[str, UpstreamConfig] = attrs.field(factory=dict)  # named ones
     timeouts: TimeoutsConfig = TimeoutsConfig()
+    routes: list[RouteConfig] = attrs.field(factory=list)
+    retries: RetriesConfig = RetriesConfig()
+    auth: AuthConfig = AuthConfig()
+
+    def upstream_named(self, name: str) -> UpstreamConfig | None:
+        if name == DEFAULT_NAME and self.upstream.base_url is not None:
+            return self.upstream
+        return self.upstreams.get(name)
+
+    def timeouts_for(self, name: str) -> TimeoutsConfig:
+        """``[timeouts]`` with the upstream's own overrides applied."""
+        upstream = self.upstream_named(name)
+        if upstream is None:
+            return self.timeouts
+        overrides = {k: v for k, v in attrs.asdict(upstream.timeouts).items() if v is not None}
+        return attrs.evolve(self.timeouts, **overrides) if overrides else self.timeouts
 
     def all_upstreams(self) -> list[tuple[str, UpstreamConfig]]:
         """Every configured upstream by name: ``default`` (``[upstream]``) first."""
@@ -156,18 +246,23 @@ def _structure_protocol(value: Any, _: Any) -> Protocol:
 
 
 _converter.register_structure_hook(Protocol, _structure_protocol)
-_TABLES = frozenset(a.name for a in attrs.fields(Config))
+_ARRAYS = frozenset({"routes"})  # arrays of tables: [[routes]]
+_TABLES = frozenset(a.name for a in attrs.fields(Config)) - _ARRAYS
 
 
 def _structure(data: Mapping[str, Any]) -> Config:
-    not_tables = [k for k, v in data.items() if k in _TABLES and not isinstance(v, dict)]
-    if not_tables:
-        raise ConfigError(
-            "invalid configuration:\n  "
-            + "\n  ".join(
-                f"{k}: must be a table ([{k}]), got {type(data[k]).__name__}" for k in not_tables
-            )
-        )
+    problems = [
+        f"{k}: must be a table ([{k}]), got {type(v).__name__}"
+        for k, v in data.items()
+        if k in _TABLES and not isinstance(v, dict)
+    ]
+    problems += [
+        f"{k}: must be an array of tables ([[{k}]]), got {type(v).__name__}"
+        for k, v in data.items()
+        if k in _ARRAYS and not isinstance(v, list)
+    ]
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     try:
         return _converter.structure(dict(data), Config)
     except Exception as exc:
@@ -178,7 +273,7 @@ def _structure(data: Mapping[str, Any]) -> Config:
 def load_config(
     path: str | os.PathLike[str] | None = None,
     *,
-    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    overrides: Mapping[str, Mapping[str, Any] | list[Any]] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Config:
     """Read a TOML file (or only defaults), apply overrides table by table, validate.
@@ -196,16 +291,128 @@ def load_config(
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {os.fspath(path)!r} is not valid TOML: {exc}") from None
     for table, values in (overrides or {}).items():
+        if isinstance(values, list):  # an array of tables ([[routes]]) is replaced whole
+            data[table] = values
+            continue
         merged = dict(data.get(table, {})) if isinstance(data.get(table), dict) else {}
         merged.update({k: v for k, v in values.items() if v is not None})
         if merged:
             data[table] = merged
     config = _structure(data)
-    _check_upstreams(config, os.environ if environ is None else environ)
+    if path is not None:
+        config = _resolve_files(config, Path(path).parent)
+    problems = _check_upstreams(config, os.environ if environ is None else environ)
+    problems += _check_routes(config) + _check_files(config)
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return config
 
 
-def _check_upstreams(config: Config, environ: Mapping[str, str]) -> None:
+def _resolve(base: Path, name: str | None) -> str | None:
+    return None if name is None else os.fspath(base / Path(name).expanduser())
+
+
+def _resolve_files(config: Config, base: Path) -> Config:
+    """File names in the config are relative to the config file's folder."""
+    server = attrs.evolve(
+        config.server,
+        certfile=_resolve(base, config.server.certfile),
+        keyfile=_resolve(base, config.server.keyfile),
+        ca_certs=_resolve(base, config.server.ca_certs),
+    )
+    auth = attrs.evolve(config.auth, keys_file=_resolve(base, config.auth.keys_file))
+    upstream = attrs.evolve(config.upstream, ca_bundle=_resolve(base, config.upstream.ca_bundle))
+    upstreams = {
+        name: attrs.evolve(u, ca_bundle=_resolve(base, u.ca_bundle))
+        for name, u in config.upstreams.items()
+    }
+    return attrs.evolve(config, server=server, auth=auth, upstream=upstream, upstreams=upstreams)
+
+
+def _check_files(config: Config) -> list[str]:
+    problems: list[str] = []
+    server = config.server
+    if (server.certfile is None) != (server.keyfile is None):
+        problems.append("server.certfile and server.keyfile: set both to serve TLS, or neither")
+    if server.ca_certs is not None and server.certfile is None:
+        problems.append("server.ca_certs: client certificates need TLS (server.certfile)")
+    files = [
+        ("server.certfile", server.certfile),
+        ("server.keyfile", server.keyfile),
+        ("server.ca_certs", server.ca_certs),
+        ("auth.keys_file", config.auth.keys_file),
+        ("upstream.ca_bundle", config.upstream.ca_bundle),
+    ]
+    files += [(f"upstreams.{n}.ca_bundle", u.ca_bundle) for n, u in config.upstreams.items()]
+    for key, name in files:
+        if name is not None and not Path(name).is_file():
+            problems.append(f"{key}: no such file: {name}")
+    return problems
+
+
+def _check_routes(config: Config) -> list[str]:
+    problems: list[str] = []
+    for i, route in enumerate(config.routes):
+        where = f"routes[{i}]"
+        try:
+            compile_pattern(route.model)
+        except ValueError as exc:
+            problems.append(f"{where}.model: {exc}")
+        if not route.upstreams:
+            problems.append(f"{where}.upstreams: name at least one upstream")
+        protocols = set()
+        for name in route.upstreams:
+            upstream = config.upstream_named(name)
+            if upstream is None:
+                declared = ", ".join(n for n, _ in config.all_upstreams())
+                problems.append(
+                    f"{where}.upstreams: no upstream named {name!r} (declared: {declared})"
+                )
+            else:
+                protocols.add(upstream.protocol.value)
+        if len(protocols) > 1:
+            problems.append(
+                f"{where}.upstreams: mixes protocols ({', '.join(sorted(protocols))}); "
+                "a request can only fall back to upstreams that speak its API"
+            )
+    return problems
+
+
+def route_warnings(config: Config) -> list[str]:
+    """Routes that can never match because an earlier one takes all their models.
+
+    Exact names and identical patterns are checked; what a glob or regex takes from
+    another one is not decidable in general, so it is not reported.
+    """
+    warnings: list[str] = []
+    for i, route in enumerate(config.routes):
+        for j, earlier in enumerate(config.routes[:i]):
+            if _protocol_of(config, earlier) != _protocol_of(config, route):
+                continue
+            shadowed = earlier.model == route.model or earlier.model == "*"
+            if not shadowed and is_exact(route.model):
+                try:
+                    shadowed = compile_pattern(earlier.model)(route.model)
+                except ValueError:
+                    continue
+            if shadowed:
+                warnings.append(
+                    f"routes[{i}] (model = {route.model!r}) never matches: routes[{j}] "
+                    f"(model = {earlier.model!r}) comes first and takes all its models"
+                )
+                break
+    return warnings
+
+
+def _protocol_of(config: Config, route: RouteConfig) -> Protocol | None:
+    for name in route.upstreams:
+        upstream = config.upstream_named(name)
+        if upstream is not None:
+            return upstream.protocol
+    return None
+
+
+def _check_upstreams(config: Config, environ: Mapping[str, str]) -> list[str]:
     problems: list[str] = []
     if DEFAULT_NAME in config.upstreams:
         problems.append(f"upstreams.{DEFAULT_NAME}: the name is taken by [upstream]")
@@ -226,5 +433,4 @@ def _check_upstreams(config: Config, environ: Mapping[str, str]) -> None:
             "upstream.base_url: no upstream configured; set [upstream] base_url in the "
             f"config file or pass --upstream (for OpenAI: {DEFAULT_UPSTREAM})"
         )
-    if problems:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    return problems

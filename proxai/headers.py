@@ -55,16 +55,17 @@ def _connection_tokens(headers: Iterable[tuple[bytes, bytes]]) -> set[bytes]:
 
 
 def request_headers_for_upstream(
-    client_headers: Iterable[tuple[bytes, bytes]], auth: tuple[bytes, bytes] | None
+    client_headers: Iterable[tuple[bytes, bytes]], own: Iterable[tuple[bytes, bytes]] = ()
 ) -> Headers:
-    """The client's headers minus hop-by-hop and credentials, plus proxai's own
-    (``auth`` is the upstream's credential header, if it has a key)."""
+    """The client's headers minus hop-by-hop and credentials, plus proxai's ``own``
+    (the upstream's credential and configured headers, which replace the client's
+    headers of the same name). Names in ``own`` must be lowercase."""
     client_headers = list(client_headers)
-    drop = _NOT_FORWARDED_UP | _connection_tokens(client_headers)
+    own = list(own)
+    drop = _NOT_FORWARDED_UP | _connection_tokens(client_headers) | {n for n, _ in own}
     out = [(n, v) for n, v in client_headers if n.lower() not in drop]
     out.append((b"accept-encoding", b"identity"))
-    if auth is not None:
-        out.append(auth)
+    out.extend(own)
     return out
 
 

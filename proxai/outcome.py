@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["CallSummary", "Outcome", "OutcomeKind"]
+__all__ = ["AttemptRecord", "CallSummary", "Outcome", "OutcomeKind"]
 
 
 class OutcomeKind(enum.StrEnum):
@@ -34,6 +34,9 @@ class OutcomeKind(enum.StrEnum):
     CLIENT_DISCONNECTED = "client_disconnected"
     CLIENT_STALLED = "client_stalled"  # stopped reading for timeouts.client_write
     REQUEST_BODY_TIMEOUT = "request_body_timeout"  # body not received within timeouts.request_body
+    UNAUTHORIZED = "unauthorized"  # no valid client key ([auth])
+    OVERLOADED = "overloaded"  # refused: server.max_concurrent_streams in flight
+    SHUTDOWN = "shutdown"  # proxai was shutting down (ended after server.drain_timeout)
 
 
 @attrs.frozen
@@ -47,6 +50,18 @@ class CallSummary:
 
 
 @attrs.define
+class AttemptRecord:
+    """One try of one upstream (see :mod:`proxai.retry`)."""
+
+    upstream: str
+    started_s: float  # seconds from the request's start
+    status: int | None = None  # the upstream's status, when it answered
+    kind: OutcomeKind | None = None  # how it failed before answering
+    detail: str | None = None
+    retry_after: float | None = None  # seconds, from the upstream's Retry-After
+
+
+@attrs.define
 class Outcome:
     """What happened to one request. Times are seconds from the request's start."""
 
@@ -54,6 +69,8 @@ class Outcome:
     path: str
     kind: OutcomeKind | None = None
     upstream: str | None = None  # the configured upstream's name ("default" for [upstream])
+    route: str | None = None  # the [[routes]] entry that matched, if any
+    attempts: list[AttemptRecord] = attrs.field(factory=list)  # every upstream try, in order
     status: int | None = None
     detail: str | None = None
     streaming: bool = False
@@ -75,6 +92,8 @@ class Outcome:
 
     def as_dict(self) -> dict[str, object]:
         """A JSON-ready view (for logs and the demo)."""
-        return {
-            k: (v.value if isinstance(v, enum.Enum) else v) for k, v in attrs.asdict(self).items()
-        }
+        return attrs.asdict(self, value_serializer=_plain)
+
+
+def _plain(inst: object, field: object, value: Any) -> Any:
+    return value.value if isinstance(value, enum.Enum) else value

@@ -31,7 +31,8 @@ their deadlines measure the upstream's silence, never proxai's own waiting.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -42,15 +43,25 @@ from .config import TimeoutsConfig
 from .errors import ErrorShape, ProxyError
 from .headers import Headers, response_headers_for_client
 from .observer import PassThroughObserver, StreamObserver, Verdict
-from .outcome import Outcome, OutcomeKind
+from .outcome import AttemptRecord, Outcome, OutcomeKind
+from .retry import RetryPlan, parse_retry_after
 from .sse import SSEFrame, SSEFramer
-from .upstream import UpstreamBroken, UpstreamClient
+from .upstream import UpstreamBroken, UpstreamClient, UpstreamResponse
 
-__all__ = ["ProxiedRequest", "Relay", "UpstreamClock", "send_error"]
+__all__ = [
+    "ObserverFactory",
+    "ProxiedRequest",
+    "Relay",
+    "UpstreamClock",
+    "UpstreamTarget",
+    "send_error",
+    "shutdown_error",
+]
 
 ASGISend = Callable[[dict[str, Any]], Awaitable[None]]
 ASGIReceive = Callable[[], Awaitable[dict[str, Any]]]
-ObserverFactory = Callable[[], StreamObserver]
+#: Builds a stream's observer with the deadlines of the upstream that serves it.
+ObserverFactory = Callable[[TimeoutsConfig], StreamObserver]
 
 # Channel capacities, in messages (one upstream read or one batch of frames each).
 # Small on purpose: backpressure from a slow client must reach the upstream socket.
@@ -67,10 +78,23 @@ class ProxiedRequest:
     raw_path: bytes  # as the client encoded it, for forwarding
     query: bytes
     headers: Headers
-    body: bytes
     #: False for a generation request that asked for no stream: the upstream sends its
     #: headers only when the whole answer is ready, so only ``total`` bounds the wait.
     first_byte_applies: bool = True
+
+
+@attrs.frozen
+class UpstreamTarget:
+    """One upstream a request may go to: its client, deadlines and the body it gets
+    (normalization and model rewrites can differ per upstream)."""
+
+    client: UpstreamClient
+    timeouts: TimeoutsConfig
+    body: bytes
+
+
+def _pass_through(timeouts: TimeoutsConfig) -> StreamObserver:
+    return PassThroughObserver()
 
 
 @attrs.frozen
@@ -164,6 +188,13 @@ async def send_error(
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
+def _retry_after(headers: Headers) -> float | None:
+    for name, value in headers:
+        if name.lower() == b"retry-after":
+            return parse_retry_after(value, time.time())
+    return None
+
+
 def _is_event_stream(status: int, headers: Headers) -> bool:
     if not 200 <= status < 300:
         return False
@@ -183,7 +214,7 @@ _TIMEOUTS = frozenset(
     {OutcomeKind.STALLED_IDLE, OutcomeKind.STALLED_TOOL_ARGUMENTS, OutcomeKind.TOTAL_TIMEOUT}
 )
 #: Ends that leave the client's response cut short.
-_FAULTS = _UPSTREAM_ENDS | _TIMEOUTS | {OutcomeKind.CLIENT_STALLED}
+_FAULTS = _UPSTREAM_ENDS | _TIMEOUTS | {OutcomeKind.CLIENT_STALLED, OutcomeKind.SHUTDOWN}
 
 
 def _error_before_first_byte(verdict: Verdict) -> ProxyError:
@@ -193,24 +224,48 @@ def _error_before_first_byte(verdict: Verdict) -> ProxyError:
     early close before the first event deserves.
     """
     message = verdict.detail or "the upstream stream ended before its first event"
+    if verdict.kind is OutcomeKind.SHUTDOWN:
+        return shutdown_error(message)
     if verdict.kind in _UPSTREAM_ENDS:
         code = _UPSTREAM_END_CODES[verdict.kind]
         return ProxyError(502, message, "server_error", code=code, kind=verdict.kind)
     return ProxyError(504, message, "server_error", code="upstream_timeout", kind=verdict.kind)
 
 
+SHUTDOWN_MESSAGE = "proxai is shutting down; retry the request"
+
+
+def shutdown_error(message: str = SHUTDOWN_MESSAGE) -> ProxyError:
+    """503 with ``Retry-After``: another proxai instance can take the request."""
+    return ProxyError(
+        503,
+        message,
+        "server_error",
+        code="proxy_shutting_down",
+        headers=((b"retry-after", b"1"),),
+        kind=OutcomeKind.SHUTDOWN,
+    )
+
+
 class Relay:
-    """Proxies one request to the upstream and its response to the client."""
+    """Proxies one request to the upstream and its response to the client.
+
+    ``targets`` holds every upstream of the request's route by name; ``plan``
+    says which one to try and, while nothing has reached the client, which next.
+    ``timeouts`` bounds the whole exchange (``total``, ``client_write``); each
+    upstream's own deadlines come from its target.
+    """
 
     def __init__(
         self,
-        upstream: UpstreamClient,
+        targets: Mapping[str, UpstreamTarget],
+        plan: RetryPlan,
         timeouts: TimeoutsConfig,
         request: ProxiedRequest,
         send: ASGISend,
         receive: ASGIReceive,
         *,
-        observer_factory: ObserverFactory = PassThroughObserver,
+        observer_factory: ObserverFactory = _pass_through,
         outcome: Outcome | None = None,
         error_shape: ErrorShape = ErrorShape.OPENAI,
         max_event_bytes: int = 16 * 1024 * 1024,
@@ -230,7 +285,8 @@ class Relay:
         #: connection, and the client sees the body broken, as the upstream's was.
         self._abort = False
         self._observer: StreamObserver = PassThroughObserver()
-        self._upstream = upstream
+        self._targets = targets
+        self._plan = plan
         self._timeouts = timeouts
         self._request = request
         self._send = send
@@ -242,6 +298,11 @@ class Relay:
         #: Cancelled by the observer task when it ends the stream itself, so the
         #: upstream connection closes while the closing bytes go out.
         self._reader_scope = trio.CancelScope()
+        #: Set by :meth:`stop` (shutdown): the reader ends the stream as a fault.
+        self._stopping = False
+        self._sent_head = False
+        #: The upstream that answered (the last attempt's).
+        self._target: UpstreamTarget | None = None
         #: Set once every body byte has been handed to the server: a disconnect
         #: after that is the client closing a finished exchange, not an abort.
         self._delivered = False
@@ -277,75 +338,127 @@ class Relay:
 
     # -- reader ------------------------------------------------------------------------
 
+    def stop(self) -> None:
+        """End the request now (proxai is shutting down): before the first byte as a
+        503, after it with the protocol's error, like any upstream fault."""
+        self._stopping = True
+        self._reader_scope.cancel()
+
     async def _read_upstream(self, channel: trio.MemorySendChannel[_ToObserver]) -> None:
-        request = self._request
-        first_byte = math.inf
-        if request.first_byte_applies:
-            first_byte = self._started + self._timeouts.first_byte
         send = self._clock.send_paused
         async with channel, AsyncExitStack() as stack:
             with self._reader_scope:
-                try:
-                    with trio.fail_at(min(first_byte, self._total_deadline)):
-                        response = await stack.enter_async_context(
-                            self._upstream.open(
-                                request.method,
-                                request.raw_path,
-                                request.query,
-                                request.headers,
-                                request.body,
-                            )
-                        )
-                except trio.TooSlowError:
-                    await send(channel, self._head_timeout(first_byte))
+                opened = await self._open_upstream(stack)
+                if isinstance(opened, ProxyError):
+                    await send(channel, opened)
                     return
-                except ProxyError as exc:
-                    await send(channel, exc)
-                    return
-                self.outcome.first_byte_s = self._elapsed()
-                sse = _is_event_stream(response.status, response.headers)
+                await self._read_body(opened, channel)
+            if self._stopping and self._reader_scope.cancelled_caught:
+                # Cancelled by stop(): report it as the stream's end, which the
+                # observer answers with its protocol's error.
                 await send(
-                    channel, _Head(response.status, response.headers, sse, self._clock.now())
+                    channel,
+                    _End(self._clock.now(), OutcomeKind.SHUTDOWN, detail=SHUTDOWN_MESSAGE)
+                    if self._sent_head
+                    else shutdown_error(),
                 )
-                framer = SSEFramer() if sse else None
-                try:
-                    async for data in response.iter_body():
-                        at = self._clock.now()
-                        self.outcome.bytes_in += len(data)
-                        if framer is None:
-                            await send(channel, _Body(data, (), at))
-                            continue
-                        frames = framer.feed(data)
-                        joined = b"".join([f.raw for f in frames]) if frames else b""
-                        # A read that completes no frame still tells the observer the
-                        # upstream is alive.
-                        await send(channel, _Body(joined, frames, at))
-                        if framer.pending > self._max_event_bytes:
-                            # An event that never ends must not grow without bound.
-                            limit = self._max_event_bytes
-                            detail = f"upstream sent an event over {limit} bytes (max_event_bytes)"
-                            fault = OutcomeKind.UPSTREAM_EVENT_TOO_LARGE
-                            await send(channel, _End(self._clock.now(), fault, detail=detail))
-                            return
-                except UpstreamBroken as exc:
-                    tail = framer.close() if framer else b""
-                    fault = OutcomeKind.UPSTREAM_RESET
-                    await send(channel, _End(self._clock.now(), fault, tail, str(exc)))
-                    return
-                await send(channel, _End(self._clock.now(), tail=framer.close() if framer else b""))
 
-    def _head_timeout(self, first_byte_deadline: float) -> ProxyError:
+    async def _open_upstream(self, stack: AsyncExitStack) -> UpstreamResponse | ProxyError:
+        """Try the route's upstreams until one answers for good (see :mod:`proxai.retry`).
+
+        The response of the last attempt is the answer, whatever its status; a
+        failure before any response is a :class:`ProxyError`.
+        """
+        request = self._request
+        name, delay = self._plan.first(), 0.0
+        while True:
+            if delay:
+                await trio.sleep(delay)
+            target = self._targets[name]
+            attempt = AttemptRecord(name, self._elapsed())
+            self._plan.attempts.append(attempt)
+            self.outcome.attempts = self._plan.attempts
+            self.outcome.upstream = name
+            first_byte = math.inf
+            if request.first_byte_applies:
+                first_byte = trio.current_time() + target.timeouts.first_byte
+            attempt_stack = await stack.enter_async_context(AsyncExitStack())
+            result: UpstreamResponse | ProxyError
+            try:
+                with trio.fail_at(min(first_byte, self._total_deadline)):
+                    result = await attempt_stack.enter_async_context(
+                        target.client.open(
+                            request.method,
+                            request.raw_path,
+                            request.query,
+                            request.headers,
+                            target.body,
+                        )
+                    )
+            except trio.TooSlowError:
+                result = self._head_timeout(first_byte, target.timeouts)
+            except ProxyError as exc:
+                result = exc
+            if isinstance(result, ProxyError):
+                attempt.kind, attempt.detail = result.kind, result.message
+            else:
+                attempt.status = result.status
+                attempt.retry_after = _retry_after(result.headers)
+            following = self._plan.next_attempt(attempt)
+            if following is None or trio.current_time() + following[1] >= self._total_deadline:
+                self._target = target
+                return result
+            await attempt_stack.aclose()  # a retried response is closed, never relayed
+            name, delay = following
+
+    async def _read_body(
+        self, response: UpstreamResponse, channel: trio.MemorySendChannel[_ToObserver]
+    ) -> None:
+        send = self._clock.send_paused
+        self.outcome.first_byte_s = self._elapsed()
+        sse = _is_event_stream(response.status, response.headers)
+        await send(channel, _Head(response.status, response.headers, sse, self._clock.now()))
+        self._sent_head = True
+        framer = SSEFramer() if sse else None
+        try:
+            async for data in response.iter_body():
+                at = self._clock.now()
+                self.outcome.bytes_in += len(data)
+                if framer is None:
+                    await send(channel, _Body(data, (), at))
+                    continue
+                frames = framer.feed(data)
+                joined = b"".join([f.raw for f in frames]) if frames else b""
+                # A read that completes no frame still tells the observer the
+                # upstream is alive.
+                await send(channel, _Body(joined, frames, at))
+                if framer.pending > self._max_event_bytes:
+                    # An event that never ends must not grow without bound.
+                    limit = self._max_event_bytes
+                    detail = f"upstream sent an event over {limit} bytes (max_event_bytes)"
+                    fault = OutcomeKind.UPSTREAM_EVENT_TOO_LARGE
+                    await send(channel, _End(self._clock.now(), fault, detail=detail))
+                    return
+        except UpstreamBroken as exc:
+            tail = framer.close() if framer else b""
+            fault = OutcomeKind.UPSTREAM_RESET
+            await send(channel, _End(self._clock.now(), fault, tail, str(exc)))
+            return
+        await send(channel, _End(self._clock.now(), tail=framer.close() if framer else b""))
+
+    def _head_timeout(self, first_byte_deadline: float, timeouts: TimeoutsConfig) -> ProxyError:
         if first_byte_deadline <= self._total_deadline:
-            self.outcome.kind = OutcomeKind.STALLED_FIRST_BYTE
-            limit = f"{self._timeouts.first_byte} s (proxai first_byte timeout)"
+            kind = OutcomeKind.STALLED_FIRST_BYTE
+            limit = f"{timeouts.first_byte} s (proxai first_byte timeout)"
         else:
-            self.outcome.kind = OutcomeKind.TOTAL_TIMEOUT
+            kind = OutcomeKind.TOTAL_TIMEOUT
             limit = f"{self._timeouts.total} s (proxai total timeout)"
         return ProxyError(
             504,
             f"the upstream sent no response headers within {limit}",
             "server_error",
             code="upstream_timeout",
+            kind=kind,
         )
 
     # -- observer ----------------------------------------------------------------------
@@ -365,7 +478,9 @@ class Relay:
             assert isinstance(head, _Head)
             self.outcome.status = head.status
             self.outcome.streaming = head.sse
-            self._observer = self._observer_factory() if head.sse else PassThroughObserver()
+            assert self._target is not None
+            timeouts = self._target.timeouts
+            self._observer = self._observer_factory(timeouts) if head.sse else PassThroughObserver()
             self._observer.on_start(head.at)
             await client.send(head)
             try:
@@ -552,14 +667,25 @@ class Relay:
                         await self._send_body(self._after_stall)
                     self._delivered = True
                     if not self._abort:
-                        await self._asgi_send(
-                            {"type": "http.response.body", "body": b"", "more_body": False}
-                        )
+                        with self._closing_send():
+                            await self._asgi_send(
+                                {"type": "http.response.body", "body": b"", "more_body": False}
+                            )
             if isinstance(message, ProxyError):
                 self.outcome.status = message.status
                 self._delivered = True
-                await send_error(self._asgi_send, message, self._error_shape)
+                with self._closing_send():
+                    await send_error(self._asgi_send, message, self._error_shape)
         request_scope.cancel()
+
+    def _closing_send(self) -> trio.CancelScope:
+        """A scope for the response's last send. Hypercorn may close the connection
+        inside it (shutting down, or ``Connection: close``), which tells the watcher
+        the client is gone; the watcher's cancel must not cut that close short and
+        leave the socket open. Bounded like any write to the client."""
+        return trio.CancelScope(
+            shield=True, deadline=trio.current_time() + self._timeouts.client_write
+        )
 
     async def _asgi_send(self, message: dict[str, Any]) -> None:
         """ASGI ``send()``, noting when it started (see :meth:`_to_writer`)."""

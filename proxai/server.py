@@ -1,34 +1,61 @@
-"""Serving the ASGI app with hypercorn's trio worker."""
+"""Serving the ASGI app with hypercorn's trio worker, in one process or several.
+
+Shutdown: on SIGINT/SIGTERM the app starts draining (``/readyz`` answers 503),
+hypercorn stops accepting connections, in-flight streams get
+``server.drain_timeout`` to finish, and the rest are ended with their
+protocol's error (see :meth:`proxai.app.ProxaiApp.drain`). Hypercorn's own
+graceful timeout is set just past that, as a backstop.
+"""
 
 from __future__ import annotations
 
 import logging
 import signal
+import ssl
+from collections.abc import Awaitable, Callable
 
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
+from hypercorn.config import Sockets
+from hypercorn.trio.run import worker_serve
+from hypercorn.utils import wrap_app
 
-from .app import OutcomeHook, ProxaiApp
+from .app import STOP_GRACE, OutcomeHook, ProxaiApp
 from .config import Config
 
 __all__ = ["hypercorn_config", "serve", "wait_for_signal"]
 
+log = logging.getLogger("proxai")
+
+ShutdownTrigger = Callable[[], Awaitable[None]]
+
 
 def hypercorn_config(config: Config) -> HypercornConfig:
     """Hypercorn settings derived from proxai's configuration."""
+    server = config.server
     hc = HypercornConfig()
-    host = config.server.host
-    hc.bind = [f"[{host}]:{config.server.port}" if ":" in host else f"{host}:{config.server.port}"]
+    host = server.host
+    hc.bind = [f"[{host}]:{server.port}" if ":" in host else f"{host}:{server.port}"]
     # The upstream's Server header is relayed; proxai does not add its own.
     hc.include_server_header = False
     hc.accesslog = None
     hc.errorlog = logging.getLogger("hypercorn.error")
+    hc.worker_class = "trio"
+    hc.workers = server.workers
+    hc.h11_max_incomplete_size = server.max_header_bytes
+    hc.h2_max_header_list_size = server.max_header_bytes
+    # proxai's drain ends every stream by drain_timeout + STOP_GRACE; this is a backstop.
+    hc.graceful_timeout = server.drain_timeout + STOP_GRACE + 1.0
+    if server.certfile is not None:
+        hc.certfile, hc.keyfile = server.certfile, server.keyfile
+        if server.ca_certs is not None:
+            hc.ca_certs = server.ca_certs
+            hc.verify_mode = ssl.CERT_REQUIRED  # clients must present a certificate
     return hc
 
 
 async def wait_for_signal() -> None:
-    """Return on SIGINT or SIGTERM: hypercorn then shuts down gracefully."""
+    """Return on SIGINT or SIGTERM."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for _ in signals:
             return
@@ -38,19 +65,51 @@ async def serve(
     config: Config,
     *,
     on_outcome: OutcomeHook | None = None,
-    shutdown_trigger: object = None,
+    shutdown_trigger: ShutdownTrigger | None = None,
+    handle_signals: bool = False,
+    sockets: Sockets | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run proxai until ``shutdown_trigger`` returns (or forever).
+    """Run proxai until ``shutdown_trigger`` returns (or forever), then drain.
 
-    ``task_status.started`` receives the bound URLs, e.g. ``["http://127.0.0.1:41234"]``,
-    so ``await nursery.start(serve, config)`` works with ``port = 0``.
+    With ``handle_signals`` the first SIGINT/SIGTERM starts the drain too, and a
+    second one ends it at once. ``task_status.started`` receives the bound URLs,
+    e.g. ``["http://127.0.0.1:41234"]``, so ``await nursery.start(serve, config)``
+    works with ``port = 0``. ``sockets`` are listening sockets shared by worker
+    processes (see :mod:`proxai.workers`).
     """
     app = ProxaiApp(config, on_outcome=on_outcome)
-    await hypercorn_serve(
-        app,  # type: ignore[arg-type]
-        hypercorn_config(config),
-        shutdown_trigger=shutdown_trigger,  # type: ignore[arg-type]
-        task_status=task_status,
-        mode="asgi",
-    )
+    triggered = trio.Event()
+
+    async def on_signals() -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                if triggered.is_set():
+                    log.warning("%s again: ending open streams now", signal.Signals(signum).name)
+                    app.hurry()
+                else:
+                    log.info("%s: draining", signal.Signals(signum).name)
+                    triggered.set()
+
+    async def on_trigger() -> None:
+        assert shutdown_trigger is not None
+        await shutdown_trigger()
+        triggered.set()
+
+    async def trigger() -> None:
+        await triggered.wait()
+        app.begin_drain()  # the app's lifespan task runs the drain
+
+    async with trio.open_nursery() as nursery:
+        if handle_signals:
+            nursery.start_soon(on_signals)
+        if shutdown_trigger is not None:
+            nursery.start_soon(on_trigger)
+        await worker_serve(
+            wrap_app(app, 0, "asgi"),  # type: ignore[arg-type]
+            hypercorn_config(config),
+            sockets=sockets,
+            shutdown_trigger=trigger,
+            task_status=task_status,
+        )
+        nursery.cancel_scope.cancel()

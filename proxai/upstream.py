@@ -9,6 +9,7 @@ means (silence of the upstream), not the gap between two socket reads.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 
@@ -44,14 +45,37 @@ class UpstreamResponse:
             raise UpstreamBroken(str(exc) or type(exc).__name__) from exc
 
 
-def _auth_header(upstream: UpstreamConfig) -> tuple[bytes, bytes] | None:
-    """How this upstream wants proxai's key: a bearer token, or Anthropic's ``x-api-key``."""
+def _own_headers(upstream: UpstreamConfig) -> list[tuple[bytes, bytes]]:
+    """The configured headers, then proxai's key the way this upstream wants it: a
+    bearer token, or Anthropic's ``x-api-key``."""
+    own = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in upstream.headers.items()]
     key = upstream.resolved_api_key()
-    if not key:
-        return None
-    if upstream.protocol is Protocol.ANTHROPIC_MESSAGES:
-        return (b"x-api-key", key.encode("latin-1"))
-    return (b"authorization", b"Bearer " + key.encode("latin-1"))
+    if key:
+        if upstream.protocol is Protocol.ANTHROPIC_MESSAGES:
+            own.append((b"x-api-key", key.encode("latin-1")))
+        else:
+            own.append((b"authorization", b"Bearer " + key.encode("latin-1")))
+    return own
+
+
+def _verify(upstream: UpstreamConfig) -> ssl.SSLContext | bool:
+    """TLS verification: on by default, against ``ca_bundle`` when one is set."""
+    if not upstream.verify:
+        return False
+    if upstream.ca_bundle is None:
+        return True  # httpx's default: certifi's CA bundle
+    return ssl.create_default_context(cafile=upstream.ca_bundle)
+
+
+def _reason(exc: BaseException) -> str:
+    """The first non-empty message down the exception chain (httpx's ConnectError
+    for a TLS failure says nothing; the ssl error it wraps says what went wrong)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if str(seen):
+            return str(seen)
+        seen = seen.__cause__ or seen.__context__
+    return ""
 
 
 class UpstreamClient:
@@ -67,14 +91,16 @@ class UpstreamClient:
     ) -> None:
         self.config = upstream
         self.name = name
+        self.timeouts = timeouts  # [timeouts] with this upstream's overrides
         self._base = httpx.URL(upstream.url)
-        self._auth = _auth_header(upstream)
+        self._own_headers = _own_headers(upstream)
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(None, connect=timeouts.connect),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
             follow_redirects=False,
             trust_env=False,
             transport=transport,
+            verify=_verify(upstream),
         )
 
     async def aclose(self) -> None:
@@ -105,7 +131,7 @@ class UpstreamClient:
 
         Raises :class:`ProxyError` (502) when no connection can be made.
         """
-        headers = request_headers_for_upstream(client_headers, self._auth)
+        headers = request_headers_for_upstream(client_headers, self._own_headers)
         request = self._client.build_request(
             method, self.url_for(raw_path, query), headers=headers, content=body
         )
@@ -122,7 +148,7 @@ class UpstreamClient:
         except (httpx.ConnectError, httpx.UnsupportedProtocol) as exc:
             raise ProxyError(
                 502,
-                f"could not reach the upstream: {type(exc).__name__}: {exc}".rstrip(": "),
+                f"could not reach the upstream: {type(exc).__name__}: {_reason(exc)}".rstrip(": "),
                 "server_error",
                 code="upstream_unreachable",
                 kind=OutcomeKind.UPSTREAM_UNREACHABLE,

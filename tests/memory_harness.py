@@ -74,14 +74,26 @@ class MemoryProxy:
         *,
         upstreams: dict[str, dict[str, Any]] | None = None,
         server: dict[str, Any] | None = None,
+        routes: list[dict[str, Any]] | None = None,
+        retries: dict[str, Any] | None = None,
+        auth: dict[str, Any] | None = None,
         **timeouts: float,
     ) -> None:
-        """``upstreams`` adds ``[upstreams.NAME]`` tables; every upstream plays ``responder``."""
+        """``upstreams`` adds ``[upstreams.NAME]`` tables; every upstream plays ``responder``.
+
+        Retries are off (``max_attempts = 1``) unless ``retries`` says otherwise, so a
+        fault shows as it is; tests of retries turn them on.
+        """
         self.transport = ScriptTransport(responder)
-        overrides: dict[str, dict[str, Any]] = {
+        overrides: dict[str, Any] = {
             "upstream": {"base_url": "http://upstream.test/v1", "api_key": "sk-up"},
             "timeouts": {**TIMEOUTS, **timeouts},
+            "retries": retries or {"max_attempts": 1},
         }
+        if routes is not None:
+            overrides["routes"] = routes
+        if auth is not None:
+            overrides["auth"] = auth
         if upstreams:
             overrides["upstreams"] = upstreams
         if server:
@@ -124,6 +136,7 @@ class MemoryProxy:
         body and then nothing."""
         raw = body if isinstance(body, bytes) else json.dumps(body, ensure_ascii=False).encode()
         exchange = Exchange(started_at=trio.current_time())
+        reported = len(self.outcomes)
         gone = trio.Event()
         sent_body = False
 
@@ -172,5 +185,6 @@ class MemoryProxy:
                 exchange.aborted = True
                 exchange.ended_at = trio.current_time()
             nursery.cancel_scope.cancel()
-        exchange.outcome = self.outcomes[-1]
+        if len(self.outcomes) > reported:  # /healthz and /readyz leave no record
+            exchange.outcome = self.outcomes[-1]
         return exchange

@@ -281,7 +281,9 @@ async def test_upstream_error_status_body_and_headers_pass_through(
     upstream = await start_upstream(
         [Script.json(error, status=429, headers=(("retry-after", "7"), ("x-request-id", "req_e")))]
     )
-    async with proxai_for(upstream) as px, httpx.AsyncClient() as client:
+    # Retries off: this is about relaying an upstream's error (test_retries covers them).
+    retries = {"max_attempts": 1}
+    async with proxai_for(upstream, retries=retries) as px, httpx.AsyncClient() as client:
         response = await client.post(
             px.base_url + "/responses", json={"model": "m", "stream": True}
         )

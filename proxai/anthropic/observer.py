@@ -34,8 +34,14 @@ __all__ = ["MessagesObserver", "synthesized_anthropic_error"]
 _STREAMS = {"text": "text", "thinking": "thinking", "redacted_thinking": "thinking"}
 #: Stop reasons that mean the answer was cut short.
 _INCOMPLETE_REASONS = frozenset({"max_tokens", "model_context_window_exceeded"})
+#: Ends a client should retry (elsewhere): Anthropic's SDKs retry overloaded_error.
 _STALLS = frozenset(
-    {OutcomeKind.STALLED_IDLE, OutcomeKind.STALLED_TOOL_ARGUMENTS, OutcomeKind.TOTAL_TIMEOUT}
+    {
+        OutcomeKind.STALLED_IDLE,
+        OutcomeKind.STALLED_TOOL_ARGUMENTS,
+        OutcomeKind.TOTAL_TIMEOUT,
+        OutcomeKind.SHUTDOWN,
+    }
 )
 
 

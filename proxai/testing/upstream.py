@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import socket
+import ssl
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -197,10 +198,14 @@ class ScriptedUpstream:
     ``responder`` is a function from the received request to its script, or a
     sequence of scripts played in the order requests arrive (the last one
     repeats). Start it with ``url = await nursery.start(upstream.serve)``;
-    ``url`` ends in ``/v1``.
+    ``url`` ends in ``/v1``. With ``ssl_context`` it serves https (for tests of
+    proxai's upstream TLS verification).
     """
 
-    def __init__(self, responder: Responder | Sequence[Script]) -> None:
+    def __init__(
+        self, responder: Responder | Sequence[Script], *, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
+        self._ssl_context = ssl_context
         if callable(responder):
             self._responder: Responder = responder
         else:
@@ -220,12 +225,16 @@ class ScriptedUpstream:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        scheme = "https" if self._ssl_context is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}/v1"
 
     async def serve(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen on 127.0.0.1 (port 0) and serve until cancelled."""
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        self.port = listeners[0].socket.getsockname()[1]
+        tcp = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = tcp[0].socket.getsockname()[1]
+        listeners: list[trio.abc.Listener[trio.abc.Stream]] = list(tcp)
+        if self._ssl_context is not None:
+            listeners = [trio.SSLListener(t, self._ssl_context, https_compatible=True) for t in tcp]
         async with trio.open_nursery() as nursery:
             nursery.start_soon(trio.serve_listeners, self._handle, listeners)
             task_status.started(self.base_url)
@@ -237,7 +246,7 @@ class ScriptedUpstream:
                 await self._request_arrived.wait()
         return self.requests[:count]
 
-    async def _handle(self, stream: trio.SocketStream) -> None:
+    async def _handle(self, stream: trio.abc.Stream) -> None:
         self.connections_opened += 1
         conn = h11.Connection(h11.SERVER)
         last: RecordedRequest | None = None
@@ -265,7 +274,7 @@ class ScriptedUpstream:
                 await stream.aclose()
 
     async def _read_request(
-        self, stream: trio.SocketStream, conn: h11.Connection
+        self, stream: trio.abc.Stream, conn: h11.Connection
     ) -> RecordedRequest | None:
         head: h11.Request | None = None
         body: list[bytes] = []
@@ -273,7 +282,7 @@ class ScriptedUpstream:
             event = conn.next_event()
             if event is h11.NEED_DATA:
                 data = await stream.receive_some(65536)
-                conn.receive_data(data)
+                conn.receive_data(bytes(data))
                 continue
             if isinstance(event, h11.ConnectionClosed):
                 return None
@@ -296,7 +305,7 @@ class ScriptedUpstream:
                 return request
 
     async def _respond(
-        self, stream: trio.SocketStream, conn: h11.Connection, request: RecordedRequest
+        self, stream: trio.abc.Stream, conn: h11.Connection, request: RecordedRequest
     ) -> bool:
         """Play the script; return False when the connection must not be reused."""
         script = self._responder(request)
@@ -316,7 +325,7 @@ class ScriptedUpstream:
                     request._mark_closed()
                     nursery.cancel_scope.cancel()
                 else:
-                    conn.receive_data(data)
+                    conn.receive_data(bytes(data))
 
             nursery.start_soon(watch_client)
             try:
@@ -330,7 +339,7 @@ class ScriptedUpstream:
 
     async def _play(
         self,
-        stream: trio.SocketStream,
+        stream: trio.abc.Stream,
         conn: h11.Connection,
         script: Script,
         request: RecordedRequest,
@@ -352,7 +361,7 @@ class ScriptedUpstream:
         await stream.send_all(conn.send(h11.EndOfMessage()))
         return True
 
-    async def _control(self, stream: trio.SocketStream, step: Step) -> bool:
+    async def _control(self, stream: trio.abc.Stream, step: Step) -> bool:
         """Run a non-sending step; False when it ended the connection."""
         if isinstance(step, Sleep):
             await trio.sleep(step.seconds)
@@ -360,6 +369,8 @@ class ScriptedUpstream:
         if isinstance(step, Stall):
             await trio.sleep(math.inf)
         if isinstance(step, Reset):
-            stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            raw = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+            assert isinstance(raw, trio.SocketStream)
+            raw.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         await stream.aclose()
         return False

@@ -1,0 +1,252 @@
+"""Retries and fallback before the first byte, on a virtual clock.
+
+Two upstreams, ``default`` (http://upstream.test) and ``backup``
+(http://backup.test), play scripts chosen by the Host header. Timeouts as in
+memory_harness: first_byte 10 s, total 1000 s.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import trio
+from trio.testing import MockClock
+
+from proxai.config import RetriesConfig
+from proxai.outcome import AttemptRecord, OutcomeKind
+from proxai.retry import RetryPlan, parse_retry_after
+from proxai.testing import RecordedRequest, Reset, Script, Stall
+from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, turn_bytes
+
+from .memory_harness import MemoryProxy
+
+TURN1 = turn_bytes(TURN1_EVENTS)
+BACKUP = {"backup": {"base_url": "http://backup.test/v1", "api_key": "sk-backup"}}
+FALLBACK = [{"model": "*", "upstreams": ["default", "backup"]}]
+ON = {"max_attempts": 3, "backoff_initial": 1.0, "backoff_max": 8.0, "retry_after_max": 10.0}
+
+
+def error_json(status: int, **headers: str) -> Script:
+    body = {"error": {"message": f"upstream says {status}", "type": "server_error"}}
+    return Script.json(body, status=status, headers=tuple(headers.items()))
+
+
+def by_host(**scripts: Script | list[Script]) -> Callable[[RecordedRequest], Script]:
+    """Each upstream plays its own script (or its scripts in turn, the last repeating)."""
+    seen: dict[str, int] = {}
+
+    def respond(request: RecordedRequest) -> Script:
+        host = (request.header("host") or "").split(".")[0]
+        played = scripts["default" if host == "upstream" else host]
+        if isinstance(played, Script):
+            return played
+        n = seen[host] = seen.get(host, -1) + 1
+        return played[min(n, len(played) - 1)]
+
+    return respond
+
+
+def hosts(proxy: MemoryProxy) -> list[str]:
+    return [(r.header("host") or "").split(".")[0] for r in proxy.transport.requests]
+
+
+@pytest.mark.parametrize(
+    ("primary", "kind_or_status", "at"),
+    [
+        (error_json(503), 503, 0.0),
+        (error_json(429), 429, 0.0),
+        (error_json(500), 500, 0.0),
+        (Script(before_head=[Stall()]), OutcomeKind.STALLED_FIRST_BYTE, 10.0),
+        (Script(before_head=[Reset()]), OutcomeKind.UPSTREAM_RESET, 0.0),
+    ],
+)
+async def test_fallback_to_the_next_upstream_before_the_first_byte(
+    autojump_clock: MockClock, primary: Script, kind_or_status: Any, at: float
+) -> None:
+    respond = by_host(default=primary, backup=Script.sse([TURN1]))
+    async with MemoryProxy(respond, upstreams=BACKUP, routes=FALLBACK, retries=ON) as proxy:
+        exchange = await proxy.request(TURN1_REQUEST)
+    assert exchange.status == 200
+    assert exchange.body == TURN1  # the second upstream's stream, byte for byte
+    assert exchange.elapsed == at  # a fresh upstream is tried at once
+    first, second = proxy.transport.requests
+    assert first.body == second.body  # the request replayed byte for byte
+    assert first.header("authorization") == "Bearer sk-up"
+    assert second.header("authorization") == "Bearer sk-backup"
+    outcome = exchange.outcome
+    assert outcome is not None
+    assert outcome.kind is OutcomeKind.COMPLETED
+    assert outcome.upstream == "backup"
+    assert outcome.route == "routes[0] model='*'"
+    tried = [(a.upstream, a.status if a.status is not None else a.kind) for a in outcome.attempts]
+    assert tried == [("default", kind_or_status), ("backup", 200)]
+
+
+async def test_connect_refused_falls_back(autojump_clock: MockClock) -> None:
+    import httpx
+
+    def respond(request: RecordedRequest) -> Script:
+        if request.header("host") == "upstream.test":
+            raise httpx.ConnectError("[Errno 111] Connection refused")
+        return Script.sse([TURN1])
+
+    async with MemoryProxy(respond, upstreams=BACKUP, routes=FALLBACK, retries=ON) as proxy:
+        exchange = await proxy.request(TURN1_REQUEST)
+    assert (exchange.status, exchange.body) == (200, TURN1)
+    assert exchange.outcome is not None
+    first = exchange.outcome.attempts[0]
+    assert (first.upstream, first.kind) == ("default", OutcomeKind.UPSTREAM_UNREACHABLE)
+
+
+async def test_no_retry_once_a_byte_reached_the_client(autojump_clock: MockClock) -> None:
+    half = len(TURN1) // 2
+    cut = TURN1[: TURN1.rindex(b"\n\n", 0, half) + 2]
+    respond = by_host(default=Script.sse([cut], then=[Reset()]), backup=Script.sse([TURN1]))
+    async with MemoryProxy(respond, upstreams=BACKUP, routes=FALLBACK, retries=ON) as proxy:
+        exchange = await proxy.request(TURN1_REQUEST)
+    assert hosts(proxy) == ["upstream"]  # the backup never saw the request
+    assert exchange.status == 200
+    assert exchange.body.startswith(cut)
+    assert exchange.events()[-1]["type"] == "response.failed"
+    assert exchange.outcome is not None
+    assert exchange.outcome.kind is OutcomeKind.UPSTREAM_RESET
+    assert len(exchange.outcome.attempts) == 1
+
+
+async def test_a_stream_that_stalls_after_its_headers_is_not_retried(
+    autojump_clock: MockClock,
+) -> None:
+    """The upstream accepted the request and started answering: the client gets 504."""
+    respond = by_host(default=Script.sse([], then=[Stall()]), backup=Script.sse([TURN1]))
+    async with MemoryProxy(respond, upstreams=BACKUP, routes=FALLBACK, retries=ON) as proxy:
+        exchange = await proxy.request(TURN1_REQUEST)
+    assert hosts(proxy) == ["upstream"]
+    assert exchange.status == 504
+
+
+async def test_the_last_attempt_is_relayed_as_the_upstream_sent_it(
+    autojump_clock: MockClock,
+) -> None:
+    respond = by_host(default=error_json(503), backup=error_json(502, **{"x-request-id": "r9"}))
+    async with MemoryProxy(respond, upstreams=BACKUP, routes=FALLBACK, retries=ON) as proxy:
+        exchange = await proxy.request(TURN1_REQUEST)
+    assert hosts(proxy) == ["upstream", "backup", "upstream"]  # 3 attempts, around again
+    assert exchange.status == 503
+    assert exchange.json()["error"]["message"] == "upstream says 503"
+    assert exchange.outcome is not None
+    assert exchange.outcome.kind is OutcomeKind.UPSTREAM_ERROR
+    assert [a.status for a in exchange.outcome.attempts] == [503, 502, 503]
+    # Revisiting "default" waited the first backoff step: between 0.5 and 1 s.
+    assert 0.5 <= exchange.outcome.attempts[2].started_s <= 1.0
+
+
+@pytest.mark.parametrize("status", [400, 401, 404, 422])
+async def test_client_errors_are_not_retried(autojump_clock: MockClock, status: int) -> None:
+    respond = by_host(default=error_json(status), backup=Script.sse([TURN1]))
+    async with MemoryProxy(respond, upstreams=BACKUP, routes=FALLBACK, retries=ON) as proxy:
+        exchange = await proxy.request(TURN1_REQUEST)
+    assert hosts(proxy) == ["upstream"]
+    assert exchange.status == status
+
+
+@pytest.mark.parametrize(("retry_after", "waited"), [("2", 2.0), ("100", 10.0), ("0", 0.5)])
+async def test_retry_after_is_respected_up_to_its_cap(
+    autojump_clock: MockClock, retry_after: str, waited: float
+) -> None:
+    respond = by_host(
+        default=[error_json(429, **{"retry-after": retry_after}), Script.sse([TURN1])]
+    )
+    retries = {**ON, "backoff_initial": 0.5, "backoff_max": 0.5}  # backoff: 0.25 to 0.5 s
+    async with MemoryProxy(respond, retries=retries) as proxy:
+        exchange = await proxy.request(TURN1_REQUEST)
+    assert (exchange.status, exchange.body) == (200, TURN1)
+    first, second = proxy.transport.requests
+    if retry_after == "0":
+        assert 0.25 <= second.received_at - first.received_at <= waited
+    else:
+        assert second.received_at - first.received_at == pytest.approx(waited)
+
+
+async def test_retries_never_pass_total(autojump_clock: MockClock) -> None:
+    respond = by_host(default=error_json(429, **{"retry-after": "9"}))
+    async with MemoryProxy(respond, retries=ON, total=5.0) as proxy:
+        exchange = await proxy.request(TURN1_REQUEST)
+    assert len(proxy.transport.requests) == 1  # waiting 9 s would pass total (5 s)
+    assert exchange.status == 429
+
+
+async def test_routes_rewrite_the_model_and_send_configured_headers(
+    autojump_clock: MockClock,
+) -> None:
+    upstreams = {
+        "backup": {
+            "base_url": "http://backup.test/v1",
+            "headers": {"OpenAI-Organization": "org-9", "X-Team": "core"},
+        }
+    }
+    routes = [{"model": "gpt-*", "upstreams": ["backup"], "upstream_model": "gpt-5.4-mini"}]
+    async with MemoryProxy([Script.sse([TURN1])], upstreams=upstreams, routes=routes) as proxy:
+        exchange = await proxy.request(
+            TURN1_REQUEST, headers=[(b"x-team", b"from-client"), (b"x-trace", b"t1")]
+        )
+        missing = await proxy.request({**TURN1_REQUEST, "model": "llama-3"})
+    assert exchange.status == 200
+    (sent,) = proxy.transport.requests
+    assert sent.json() == {**TURN1_REQUEST, "model": "gpt-5.4-mini"}
+    assert sent.header("openai-organization") == "org-9"
+    assert sent.header("x-team") == "core"  # configured headers win over the client's
+    assert sent.header("x-trace") == "t1"
+    assert exchange.outcome is not None and exchange.outcome.model == TURN1_REQUEST["model"]
+    assert missing.status == 404
+    assert missing.json()["error"]["code"] == "model_not_found"
+    assert len(proxy.transport.requests) == 1
+
+
+async def test_per_upstream_timeouts_override_the_defaults(autojump_clock: MockClock) -> None:
+    upstreams = {"slow": {"base_url": "http://slow.test/v1", "timeouts": {"first_byte": 25.0}}}
+    routes = [{"model": "*", "upstreams": ["slow"]}]
+    async with MemoryProxy(
+        [Script(before_head=[Stall()])], upstreams=upstreams, routes=routes
+    ) as p:
+        exchange = await p.request(TURN1_REQUEST)
+    assert exchange.status == 504
+    assert exchange.elapsed == 25.0  # not the 10 s of [timeouts]
+
+
+def test_backoff_grows_exponentially_with_jitter() -> None:
+    retries = RetriesConfig(max_attempts=6, backoff_initial=1.0, backoff_max=3.0)
+    plan = RetryPlan(["a"], retries, random.Random(7))
+    delays = []
+    for _ in range(5):
+        plan.attempts.append(AttemptRecord("a", 0.0, status=503))
+        following = plan.next_attempt(plan.attempts[-1])
+        assert following is not None
+        delays.append(following[1])
+    plan.attempts.append(AttemptRecord("a", 0.0, status=503))
+    assert plan.next_attempt(plan.attempts[-1]) is None  # max_attempts reached
+    ceilings = [1.0, 2.0, 3.0, 3.0, 3.0]
+    for delay, ceiling in zip(delays, ceilings, strict=True):
+        assert ceiling / 2 <= delay <= ceiling
+    assert len(set(delays)) == 5  # jittered
+
+
+def test_parse_retry_after() -> None:
+    assert parse_retry_after(b"3", 0.0) == 3.0
+    assert parse_retry_after(b" 1.5 ", 0.0) == 1.5
+    assert parse_retry_after(b"-4", 0.0) == 0.0
+    assert parse_retry_after(b"Wed, 21 Oct 2015 07:28:00 GMT", 1445412470.0) == 10.0
+    assert parse_retry_after(b"soon", 0.0) is None
+    assert parse_retry_after(b"nan", 0.0) is None
+
+
+async def test_a_retry_sleep_is_cut_short_by_the_client_leaving(autojump_clock: MockClock) -> None:
+    respond = by_host(default=error_json(503, **{"retry-after": "9"}))
+    async with MemoryProxy(respond, retries=ON) as proxy:
+        exchange = await proxy.request(TURN1_REQUEST, disconnect_after=2.0)
+        await trio.sleep(20)
+    assert len(proxy.transport.requests) == 1
+    assert exchange.outcome is not None
+    assert exchange.outcome.kind is OutcomeKind.CLIENT_DISCONNECTED

@@ -1,0 +1,184 @@
+"""Routes: which upstreams a model goes to, and what start-up refuses or warns about."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxai.config import Config, ConfigError, Protocol, load_config, route_warnings
+from proxai.errors import ProxyError
+from proxai.model_patterns import compile_pattern
+from proxai.routes import Router
+
+UPSTREAMS = {
+    "openai": {"base_url": "https://api.openai.com/v1"},
+    "azure": {"base_url": "https://azure.example/v1"},
+    "local": {"base_url": "http://127.0.0.1:11434/v1"},
+    "claude": {"base_url": "https://api.anthropic.com/v1", "protocol": "anthropic_messages"},
+}
+ROUTES = [
+    {"model": "gpt-5.4", "upstreams": ["azure"]},
+    {"model": "gpt-*", "upstreams": ["openai", "azure"], "upstream_model": None},
+    {"model": "re:^o[0-9]", "upstreams": ["openai"]},
+    {"model": "claude-*", "upstreams": ["claude"]},
+    {"model": "*", "upstreams": ["local"], "upstream_model": "qwen3"},
+]
+
+
+def config(routes: list[dict[str, Any]] = ROUTES, **tables: Any) -> Config:
+    clean = [{k: v for k, v in r.items() if v is not None} for r in routes]
+    return load_config(None, overrides={"upstreams": UPSTREAMS, "routes": clean, **tables})
+
+
+@pytest.mark.parametrize(
+    ("protocol", "model", "upstreams", "upstream_model"),
+    [
+        (Protocol.OPENAI, "gpt-5.4", ("azure",), None),  # exact wins because it comes first
+        (Protocol.OPENAI, "gpt-5.4-mini", ("openai", "azure"), None),  # glob, whole name
+        (Protocol.OPENAI, "o3", ("openai",), None),  # regex
+        (Protocol.OPENAI, "o4-mini", ("openai",), None),
+        (Protocol.OPENAI, "foo-o3", ("local",), "qwen3"),  # ^ anchors the regex
+        (Protocol.OPENAI, "llama-3", ("local",), "qwen3"),  # catch-all
+        (Protocol.OPENAI, "GPT-5", ("local",), "qwen3"),  # globs are case-sensitive
+        (Protocol.ANTHROPIC_MESSAGES, "claude-opus-4", ("claude",), None),
+    ],
+)
+def test_first_matching_route_wins(
+    protocol: Protocol, model: str, upstreams: tuple[str, ...], upstream_model: str | None
+) -> None:
+    route = Router(config()).route_for(protocol, model)
+    assert route.upstreams == upstreams
+    assert route.upstream_model == upstream_model
+    assert route.name is not None and route.name.startswith("routes[")
+
+
+def test_a_route_applies_only_to_its_protocol() -> None:
+    # claude-* routes to an Anthropic upstream; a Chat request for that model falls to "*".
+    router = Router(config())
+    assert router.route_for(Protocol.OPENAI, "claude-opus-4").upstreams == ("local",)
+    # No Anthropic route matches "gpt-5": 404, in the words OpenAI uses.
+    with pytest.raises(ProxyError) as info:
+        router.route_for(Protocol.ANTHROPIC_MESSAGES, "gpt-5")
+    assert info.value.status == 404
+    assert info.value.code == "model_not_found"
+    assert info.value.param == "model"
+    assert "gpt-5" in info.value.message
+
+
+def test_no_match_is_404_model_not_found() -> None:
+    router = Router(config(ROUTES[:3]))
+    with pytest.raises(ProxyError) as info:
+        router.route_for(Protocol.OPENAI, "llama-3")
+    assert (info.value.status, info.value.code) == (404, "model_not_found")
+
+
+def test_requests_without_a_model_and_configs_without_routes_use_the_first_upstream() -> None:
+    router = Router(config())
+    assert router.route_for(Protocol.OPENAI, None).upstreams == ("openai",)
+    assert router.route_for(Protocol.ANTHROPIC_MESSAGES, None).upstreams == ("claude",)
+    plain = Router(load_config(None, overrides={"upstream": {"base_url": "http://u/v1"}}))
+    assert not plain.has_routes
+    route = plain.route_for(Protocol.OPENAI, "anything")
+    assert (route.upstreams, route.name) == (("default",), None)
+    with pytest.raises(ProxyError) as info:
+        plain.route_for(Protocol.ANTHROPIC_MESSAGES, "claude-x")
+    assert (info.value.status, info.value.code) == (404, "no_upstream")
+
+
+def test_the_upstream_shorthand_is_an_upstream_named_default() -> None:
+    cfg = load_config(
+        None,
+        overrides={
+            "upstream": {"base_url": "http://main/v1"},
+            "upstreams": {"backup": {"base_url": "http://backup/v1"}},
+            "routes": [{"model": "*", "upstreams": ["default", "backup"]}],
+        },
+    )
+    assert Router(cfg).route_for(Protocol.OPENAI, "m").upstreams == ("default", "backup")
+
+
+@pytest.mark.parametrize(
+    ("routes", "message"),
+    [
+        ([{"model": "x", "upstreams": ["nope"]}], "routes[0].upstreams: no upstream named 'nope'"),
+        ([{"model": "x", "upstreams": []}], "routes[0].upstreams: name at least one upstream"),
+        ([{"model": "re:(", "upstreams": ["openai"]}], "routes[0].model: invalid regular"),
+        (
+            [{"model": "*", "upstreams": ["openai", "claude"]}],
+            "routes[0].upstreams: mixes protocols (anthropic_messages, openai)",
+        ),
+        ([{"model": "x"}], "routes[0].upstreams: required key is missing"),
+        ([{"model": "x", "upstreams": "openai"}], "routes[0].upstreams: expected an array"),
+        ([{"model": "x", "upstreams": ["openai"], "weight": 2}], "routes[0].weight: unknown key"),
+    ],
+)
+def test_bad_routes_stop_start_up(routes: list[dict[str, Any]], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config(routes)
+    assert message in str(info.value)
+
+
+def test_routes_must_be_an_array_of_tables(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text('routes = "gpt-*"\n[upstream]\nbase_url = "http://u/v1"\n')
+    with pytest.raises(ConfigError, match=r"routes: must be an array of tables \(\[\[routes\]\]\)"):
+        load_config(path)
+
+
+def test_routes_from_toml(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text(
+        """
+[upstreams.openai]
+base_url = "https://api.openai.com/v1"
+headers = { "OpenAI-Organization" = "org-1" }
+timeouts = { idle = 300.0 }
+
+[[routes]]
+model = "gpt-*"
+upstreams = ["openai"]
+upstream_model = "gpt-5.4-mini"
+
+[[routes]]
+model = "*"
+upstreams = ["openai"]
+"""
+    )
+    cfg = load_config(path)
+    assert [r.model for r in cfg.routes] == ["gpt-*", "*"]
+    assert cfg.routes[0].upstream_model == "gpt-5.4-mini"
+    assert cfg.upstreams["openai"].headers == {"OpenAI-Organization": "org-1"}
+    assert cfg.timeouts_for("openai").idle == 300.0
+    assert cfg.timeouts_for("openai").first_byte == cfg.timeouts.first_byte
+
+
+def test_shadowed_routes_are_warned_about() -> None:
+    warnings = route_warnings(
+        config(
+            [
+                {"model": "gpt-*", "upstreams": ["openai"]},
+                {"model": "gpt-5.4", "upstreams": ["azure"]},  # taken by gpt-*
+                {"model": "gpt-*", "upstreams": ["azure"]},  # the same pattern again
+                {"model": "claude-*", "upstreams": ["claude"]},  # another protocol: fine
+                {"model": "*", "upstreams": ["local"]},
+                {"model": "llama-*", "upstreams": ["local"]},  # after the catch-all
+            ]
+        )
+    )
+    assert len(warnings) == 3
+    assert warnings[0].startswith("routes[1] (model = 'gpt-5.4') never matches: routes[0]")
+    assert warnings[1].startswith("routes[2] (model = 'gpt-*') never matches: routes[0]")
+    assert warnings[2].startswith("routes[5] (model = 'llama-*') never matches: routes[4]")
+    assert route_warnings(config()) == []
+
+
+def test_pattern_kinds() -> None:
+    assert compile_pattern("gpt-4o")("gpt-4o")
+    assert not compile_pattern("gpt-4o")("gpt-4o-mini")
+    assert compile_pattern("gpt-4?")("gpt-4o")
+    assert compile_pattern("gpt-[45]*")("gpt-5.4")
+    assert compile_pattern("re:mini$")("gpt-5.4-mini")
+    assert not compile_pattern("re:mini$")("gpt-mini-5")
+    assert compile_pattern("*")("")
