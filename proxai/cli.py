@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -65,6 +66,12 @@ def configure_logging(level: str) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def ignore_late_signals() -> None:
+    """Once the server has stopped, a signal must not turn a clean exit into a kill."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+
+
 def outcome_logger() -> Callable[[Outcome], None]:
     """One line per finished request (issue 6 makes it a structured record)."""
     log = logging.getLogger("proxai.request")
@@ -123,6 +130,7 @@ def _serve(args: argparse.Namespace) -> int:
             log.info("proxai listening on %s, upstreams: %s", ", ".join(binds), upstreams)
 
     trio.run(run)
+    ignore_late_signals()
     log.info("proxai stopped")
     return 0
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import signal
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import ExitStack
 
 import trio
 from hypercorn.config import Config as HypercornConfig
@@ -81,15 +82,14 @@ async def serve(
     app = ProxaiApp(config, on_outcome=on_outcome)
     triggered = trio.Event()
 
-    async def on_signals() -> None:
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for signum in signals:
-                if triggered.is_set():
-                    log.warning("%s again: ending open streams now", signal.Signals(signum).name)
-                    app.hurry()
-                else:
-                    log.info("%s: draining", signal.Signals(signum).name)
-                    triggered.set()
+    async def on_signals(signals: AsyncIterator[int]) -> None:
+        async for signum in signals:
+            if triggered.is_set():
+                log.warning("%s again: ending open streams now", signal.Signals(signum).name)
+                app.hurry()
+            else:
+                log.info("%s: draining", signal.Signals(signum).name)
+                triggered.set()
 
     async def on_trigger() -> None:
         assert shutdown_trigger is not None
@@ -100,16 +100,24 @@ async def serve(
         await triggered.wait()
         app.begin_drain()  # the app's lifespan task runs the drain
 
-    async with trio.open_nursery() as nursery:
-        if handle_signals:
-            nursery.start_soon(on_signals)
-        if shutdown_trigger is not None:
-            nursery.start_soon(on_trigger)
-        await worker_serve(
-            wrap_app(app, 0, "asgi"),  # type: ignore[arg-type]
-            hypercorn_config(config),
-            sockets=sockets,
-            shutdown_trigger=trigger,
-            task_status=task_status,
+    with ExitStack() as stack:
+        # Held until serve returns, so that a signal during the last steps of the
+        # shutdown is taken here rather than killing the process.
+        signals = (
+            stack.enter_context(trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
+            if handle_signals
+            else None
         )
-        nursery.cancel_scope.cancel()
+        async with trio.open_nursery() as nursery:
+            if signals is not None:
+                nursery.start_soon(on_signals, signals)
+            if shutdown_trigger is not None:
+                nursery.start_soon(on_trigger)
+            await worker_serve(
+                wrap_app(app, 0, "asgi"),  # type: ignore[arg-type]
+                hypercorn_config(config),
+                sockets=sockets,
+                shutdown_trigger=trigger,
+                task_status=task_status,
+            )
+            nursery.cancel_scope.cancel()

@@ -39,7 +39,7 @@ _POLL = 0.1  # seconds between the parent's looks at its workers
 def _worker_main(
     config: Config, sockets: Sockets, parent: Connection, setup: tuple[Any, ...]
 ) -> None:
-    from .cli import configure_logging, outcome_logger
+    from .cli import configure_logging, ignore_late_signals, outcome_logger
 
     configure_logging(*setup)
     hc = hypercorn_config(config)
@@ -60,6 +60,7 @@ def _worker_main(
             sockets=sockets,
         )
     )
+    ignore_late_signals()
 
 
 def _url(scheme: str, sock: socket.socket) -> str:
@@ -88,7 +89,9 @@ def run_workers(config: Config, setup: tuple[Any, ...]) -> int:
         nonlocal stopping
         stopping = True
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    # Installed for the rest of the process: a late signal must not kill a clean exit.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, on_signal)
     try:
         for _ in range(config.server.workers):
             start()
@@ -117,7 +120,5 @@ def run_workers(config: Config, setup: tuple[Any, ...]) -> int:
         log.info("proxai stopped")
         return 1 if stuck or any(p.exitcode for p in processes) else 0
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
         for sock in sockets.secure_sockets + sockets.insecure_sockets:
             sock.close()
