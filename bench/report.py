@@ -121,7 +121,7 @@ def setup_section(res: dict[str, Any]) -> list[str]:
         f"- **Versions**: Python {m['python']}, proxai {m['proxai']} (commit {m['commit']}), "
         f"trio {m['trio']}, hypercorn {m['hypercorn']}, httpx {m['httpx']}, "
         f"httpcore {m['httpcore']}, h11 {m['h11']}, orjson {m['orjson']}; "
-        f"nginx {m['nginx']}, {m['wrk']}.",
+        f"{m['nginx']}, {m['wrk']}.",
         f"- **Measured** {m['date']}; every figure is the median of {res['reps']} repetitions "
         "(targets interleaved within each repetition), ratios are taken between targets "
         "measured in the same run.",
