@@ -28,11 +28,16 @@ test-clients: $(STAMP)
 		else npm install --no-audit --no-fund; fi
 	$(BIN)/python tests/clients/run_clients.py
 
-## bench: throughput against a direct connection and nginx (installs nginx and wrk from Debian)
-bench: $(STAMP)
+## bench: issue 7's benchmarks vs a direct connection and nginx, then docs/bench.md and
+## docs/bench.png (installs nginx and wrk from Debian, matplotlib from the bench extra)
+$(VENV)/.bench-installed: pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	touch $@
+
+bench: $(VENV)/.bench-installed
 	command -v nginx >/dev/null && command -v wrk >/dev/null || \
 		(apt-get update -qq && apt-get install -y -qq nginx wrk)
-	$(BIN)/python bench/throughput.py
+	$(BIN)/python -m bench.run_all
 
 ## reliability-doc: regenerate docs/reliability.md from the fault matrix
 reliability-doc: $(STAMP)

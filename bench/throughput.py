@@ -1,128 +1,54 @@
-"""Throughput: streams per proxy core-second, direct vs proxai vs nginx (first part of issue 7).
+"""Throughput: streams per proxy core-second, direct vs proxai vs nginx.
 
-    .venv/bin/python bench/throughput.py [--seconds 5] [--concurrency 1 16 64]
+    .venv/bin/python -m bench.throughput [--reps 3] [--seconds 4] [--concurrency 1 16 64]
 
 A fast upstream (nginx serving a pre-rendered 40-delta Responses stream from a file,
-so it is never the bottleneck) serves POST /v1/responses. wrk (with a Lua POST script) drives,
-in turn: the upstream directly, proxai in front of it, and nginx as a plain reverse
-proxy (proxy_buffering off, HTTP/1.1 keep-alive upstream). Each proxy runs pinned to
-core 1 and its CPU time is read from /proc, so the figure is streams per proxy
-core-second; wrk and the upstream share core 0. Needs nginx and wrk (make bench installs
-them) and Linux.
+so it is never the bottleneck; its CPU share is reported) serves POST /v1/responses.
+wrk (with a Lua POST script) drives, in turn: the upstream directly, proxai in front
+of it, and nginx as a plain reverse proxy (proxy_buffering off, HTTP/1.1 keep-alive
+upstream). Each proxy runs pinned to core 1 and its CPU time is read from /proc, so the
+figure is streams per proxy core-second; wrk and the upstream share core 0. Each
+measurement is repeated ``--reps`` times (targets interleaved) and the medians are
+reported. Needs nginx and wrk (make bench installs them) and Linux.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
-import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-PROXAI = ROOT / ".venv" / "bin" / "proxai"
+from bench.common import (
+    DRIVER_CORE,
+    Row,
+    Target,
+    cpu_seconds,
+    free_port,
+    log,
+    median,
+    need_tools,
+    nginx_static,
+    pin_driver,
+    save,
+    stop,
+    targets,
+    text_stream,
+    tree,
+    wait_port,
+    workdir,
+)
 
-
-def stream_40() -> bytes:
-    """A Responses stream with 40 text deltas, compact JSON, as OpenAI frames it."""
-    events = [
-        {
-            "type": "response.created",
-            "response": {
-                "id": "resp_b",
-                "object": "response",
-                "status": "in_progress",
-                "output": [],
-            },
-        },
-        {
-            "type": "response.output_item.added",
-            "output_index": 0,
-            "item": {"type": "message", "id": "msg_b", "role": "assistant", "content": []},
-        },
-    ]
-    events += [
-        {
-            "type": "response.output_text.delta",
-            "output_index": 0,
-            "content_index": 0,
-            "item_id": "msg_b",
-            "delta": f"word{i} ",
-        }
-        for i in range(40)
-    ]
-    events += [
-        {
-            "type": "response.output_text.done",
-            "output_index": 0,
-            "content_index": 0,
-            "item_id": "msg_b",
-            "text": "".join(f"word{i} " for i in range(40)),
-        },
-        {
-            "type": "response.output_item.done",
-            "output_index": 0,
-            "item": {"type": "message", "id": "msg_b", "role": "assistant", "content": []},
-        },
-        {
-            "type": "response.completed",
-            "response": {"id": "resp_b", "object": "response", "status": "completed", "output": []},
-        },
-    ]
-    out = b""
-    for seq, event in enumerate(events):
-        event = {**event, "sequence_number": seq}
-        out += b"event: " + event["type"].encode() + b"\ndata: "
-        out += json.dumps(event, separators=(",", ":")).encode() + b"\n\n"
-    return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on port {port}")
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """user + system CPU time of these processes, from /proc."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / tick
-
-
-def tree(pid: int) -> list[int]:
-    """pid and its children (nginx master + workers)."""
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
-    return [pid, *(int(p) for p in out.stdout.split())]
-
-
-def nginx(conf: str, workdir: Path, name: str, core: int) -> subprocess.Popen[bytes]:
-    path = workdir / f"{name}.conf"
-    path.write_text(conf)
-    return subprocess.Popen(
-        ["taskset", "-c", str(core), "nginx", "-c", str(path), "-p", str(workdir), "-e", "stderr"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+LUA = (
+    'wrk.method = "POST"\n'
+    'wrk.body = \'{"model":"m","stream":true,"input":"hi"}\'\n'
+    'wrk.headers["Content-Type"] = "application/json"\n'
+)
 
 
 def wrk(port: int, connections: int, seconds: float, script: Path) -> dict[str, float]:
@@ -130,7 +56,7 @@ def wrk(port: int, connections: int, seconds: float, script: Path) -> dict[str, 
         [
             "taskset",
             "-c",
-            "0",
+            str(DRIVER_CORE),
             "wrk",
             "-t1",
             f"-c{connections}",
@@ -147,116 +73,139 @@ def wrk(port: int, connections: int, seconds: float, script: Path) -> dict[str, 
     text = result.stdout
     if os.environ.get("BENCH_DEBUG"):
         print(text, file=sys.stderr)
-    requests = int(re.search(r"(\d+) requests in", text).group(1))  # type: ignore[union-attr]
+    requests = re.search(r"(\d+) requests in ([\d.]+)(ms|s|m)", text)
+    if requests is None:
+        raise RuntimeError(f"unexpected wrk output:\n{text}")
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
-    p50 = re.search(r"50%\s+([\d.]+)(us|ms|s)", text)
-    p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", text)
+    socket_errors = re.search(r"Socket errors: (.*)", text)
 
-    def ms(match: re.Match[str] | None) -> float:
+    def ms(q: str) -> float:
+        match = re.search(rf"{q}%\s+([\d.]+)(us|ms|s)", text)
         if match is None:
             return float("nan")
         value, unit = float(match.group(1)), match.group(2)
         return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
 
     return {
-        "requests": requests,
+        "requests": int(requests.group(1)),
         "errors": int(errors.group(1)) if errors else 0,
-        "p50_ms": ms(p50),
-        "p99_ms": ms(p99),
+        "socket_errors": socket_errors.group(1) if socket_errors else "",  # type: ignore[dict-item]
+        "p50_ms": ms("50"),
+        "p99_ms": ms("99"),
     }
+
+
+def measure(
+    target: Target,
+    connections: int,
+    seconds: int,
+    script: Path,
+    upstream_pids: Sequence[int],
+) -> Row:
+    """One wrk run against ``target``: streams/s, proxy CPU, upstream CPU share."""
+    pids = target.pids()
+    before = cpu_seconds(pids) if pids else 0.0
+    up_before = cpu_seconds(upstream_pids)
+    figures = wrk(target.port, connections, seconds, script)
+    cpu = (cpu_seconds(pids) - before) if pids else float("nan")
+    return {
+        "target": target.name,
+        "concurrency": connections,
+        **figures,
+        "streams_per_s": figures["requests"] / seconds,
+        "proxy_cpu_s": cpu,
+        "proxy_cpu_share": cpu / seconds,
+        "streams_per_core_s": figures["requests"] / cpu if cpu else float("nan"),
+        "upstream_cpu_share": (cpu_seconds(upstream_pids) - up_before) / seconds,
+    }
+
+
+@contextmanager
+def fast_upstream() -> Iterator[tuple[int, list[int], Path, Path]]:
+    """nginx serving the 40-delta stream on core 0: (port, pids, lua script, workdir)."""
+    with workdir() as wd:
+        (wd / "stream.sse").write_bytes(b"".join(text_stream(40)))
+        script = wd / "post.lua"
+        script.write_text(LUA)
+        up = free_port()
+        process = nginx_static(wd, "up", up, wd / "stream.sse")
+        try:
+            wait_port(up)
+            yield up, tree(process.pid), script, wd
+        finally:
+            stop([process])
+
+
+def summarize(raw: list[Row], keys: Sequence[str] = ("target", "concurrency")) -> list[Row]:
+    groups: dict[tuple[Any, ...], list[Row]] = {}
+    for row in raw:
+        groups.setdefault(tuple(row[k] for k in keys), []).append(row)
+    out = []
+    for group, rows in groups.items():
+        summary: Row = dict(zip(keys, group, strict=True))
+        summary["reps"] = len(rows)
+        for field in (
+            "streams_per_s",
+            "streams_per_core_s",
+            "proxy_cpu_share",
+            "upstream_cpu_share",
+            "p50_ms",
+            "p99_ms",
+        ):
+            summary[field] = median([r[field] for r in rows])
+        summary["errors"] = sum(r["errors"] for r in rows)
+        out.append(summary)
+    return out
+
+
+def run(reps: int, seconds: int, concurrency: list[int]) -> dict[str, Any]:
+    raw: list[Row] = []
+    with fast_upstream() as (up, upstream_pids, script, _), targets(up) as all_targets:
+        for target in all_targets:
+            subprocess.run(  # warm up
+                [
+                    "wrk",
+                    "-t1",
+                    "-c4",
+                    "-d1s",
+                    "-s",
+                    str(script),
+                    f"http://127.0.0.1:{target.port}/",
+                ],
+                capture_output=True,
+                check=True,
+            )
+        for rep in range(reps):
+            for connections in concurrency:
+                for target in all_targets:
+                    row = {**measure(target, connections, seconds, script, upstream_pids)}
+                    row["rep"] = rep
+                    log("throughput", {k: _round(v) for k, v in row.items()})
+                    raw.append(row)
+    return {"raw": raw, "summary": summarize(raw), "seconds": seconds}
+
+
+def _round(value: object) -> object:
+    return round(value, 3) if isinstance(value, float) else value
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--seconds", type=int, default=4)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     args = parser.parse_args()
-    for tool in ("nginx", "wrk", "taskset"):
-        if shutil.which(tool) is None:
-            print(f"{tool} not found: run `make bench`, which installs it", file=sys.stderr)
-            return 2
-    up, nx, px = free_port(), free_port(), free_port()
-    workdir = Path(tempfile.mkdtemp(prefix="proxai-bench-"))
-    workdir.chmod(0o755)  # nginx's workers run as an unprivileged user
-    (workdir / "logs").mkdir()
-    (workdir / "stream.sse").write_bytes(stream_40())
-    base = "daemon off; pid {pid}; error_log stderr; events {{ worker_connections 4096; }}\n"
-    # A static file answers the POST (error_page turns the static module's 405 into it).
-    upstream_conf = base.format(pid=workdir / "up.pid") + (
-        "worker_processes 1; http { access_log off; server { listen 127.0.0.1:UP;"
-        " location = /v1/responses { default_type text/event-stream; alias FILE;"
-        " error_page 405 =200 $uri; } } }"
-    ).replace("UP", str(up)).replace("FILE", str(workdir / "stream.sse"))
-    proxy_conf = base.format(pid=workdir / "nx.pid") + (
-        "worker_processes 1; http { access_log off;"
-        " upstream up { server 127.0.0.1:UP; keepalive 128; }"
-        " server { listen 127.0.0.1:NX; location / { proxy_pass http://up;"
-        ' proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; } } }'
-    ).replace("UP", str(up)).replace("NX", str(nx))
-    script = workdir / "post.lua"
-    script.write_text(
-        'wrk.method = "POST"\n'
-        'wrk.body = \'{"model":"m","stream":true,"input":"hi"}\'\n'
-        'wrk.headers["Content-Type"] = "application/json"\n'
-    )
-    processes = [nginx(upstream_conf, workdir, "up", 0), nginx(proxy_conf, workdir, "nx", 1)]
-    processes.append(
-        subprocess.Popen(
-            [
-                "taskset",
-                "-c",
-                "1",
-                str(PROXAI),
-                "serve",
-                "--port",
-                str(px),
-                "--upstream",
-                f"http://127.0.0.1:{up}/v1",
-                "--api-key",
-                "sk-bench",
-                "--log-level",
-                "WARNING",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-    )
-    results: list[dict[str, object]] = []
-    try:
-        for port in (up, nx, px):
-            wait_port(port)
-        targets = {
-            "direct": (up, None),
-            "nginx": (nx, processes[1].pid),
-            "proxai": (px, processes[2].pid),
-        }
-        for name, (port, pid) in targets.items():
-            wrk(port, 4, 1.0, script)  # warm up
-            for connections in args.concurrency:
-                pids = tree(pid) if pid else []
-                before = cpu_seconds(pids) if pids else 0.0
-                figures = wrk(port, connections, args.seconds, script)
-                cpu = (cpu_seconds(pids) - before) if pids else float("nan")
-                row = {
-                    "target": name,
-                    "concurrency": connections,
-                    **figures,
-                    "streams_per_s": figures["requests"] / args.seconds,
-                    "proxy_cpu_s": cpu,
-                    "streams_per_core_s": figures["requests"] / cpu if cpu else float("nan"),
-                }
-                results.append(row)
-                print(json.dumps(row), flush=True)
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(timeout=10)
-        shutil.rmtree(workdir, ignore_errors=True)
-    (ROOT / "bench" / "results").mkdir(exist_ok=True)
-    (ROOT / "bench" / "results" / "throughput.json").write_text(json.dumps(results, indent=1))
+    missing = need_tools("nginx", "wrk", "taskset")
+    if missing:
+        print(f"{missing} not found: run `make bench`, which installs it", file=sys.stderr)
+        return 2
+    pin_driver()
+    result = run(args.reps, args.seconds, args.concurrency)
+    save("throughput", result)
+    for row in result["summary"]:
+        print({k: _round(v) for k, v in row.items()})
     return 0
 
 

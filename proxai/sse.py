@@ -23,7 +23,21 @@ __all__ = ["SSEFrame", "SSEFramer"]
 
 _LF = 0x0A
 _CR = 0x0D
+_COLON = 0x3A
 _BOM = b"\xef\xbb\xbf"
+
+
+_EVENT_NAMES: dict[bytes, str] = {}
+
+
+def _event_name(value: bytes) -> str:
+    """The ``event:`` value as text; the few names a stream uses are decoded once."""
+    name = _EVENT_NAMES.get(value)
+    if name is None:
+        name = value.decode("utf-8", "replace")
+        if len(_EVENT_NAMES) < 256 and len(value) <= 64:
+            _EVENT_NAMES[value] = name
+    return name
 
 
 @attrs.frozen(slots=True)
@@ -85,9 +99,34 @@ class SSEFramer:
         """Add bytes; return every frame they complete, in order."""
         if not chunk:
             return []
+        frames: list[SSEFrame] = []
+        if (
+            not self._buf
+            and chunk.endswith(b"\n\n")
+            and not self._skip_lf
+            and not self._at_stream_start
+            and b"\r" not in chunk
+        ):
+            # Nothing pending and the chunk is whole LF-only events (how upstreams
+            # send them): frame it without copying it into the buffer. The first
+            # event this cannot take, and all after it, go the general way.
+            start = 0
+            end = len(chunk)
+            while start < end:
+                first = chunk[start]
+                if first in (_LF, _COLON):
+                    break
+                stop = chunk.find(b"\n\n", start) + 2
+                frame = self._block(chunk[start:stop])
+                if frame is None:
+                    break
+                frames.append(frame)
+                start = stop
+            if start == end:
+                return frames
+            chunk = chunk[start:]
         buf = self._buf
         buf += chunk
-        frames: list[SSEFrame] = []
         pos = self._scan
         if self._skip_lf:
             self._skip_lf = False
@@ -98,8 +137,28 @@ class SSEFramer:
         end = len(buf)
         # Bytes of an unfinished line already searched need no second look: a line
         # that arrives in many reads is scanned once, not once per read.
-        search = max(pos, self._searched)
+        searched = self._searched
+        search = max(pos, searched)
         while pos < end:
+            if (
+                pos == self._frame_start
+                and pos >= searched
+                and buf[pos] != _LF
+                and buf[pos] != _COLON
+                and not self._at_stream_start
+            ):
+                # Fast path at a frame boundary: a whole LF-only event of event: and
+                # data: lines (what OpenAI and Anthropic send) found by its blank line
+                # and split in bulk. Anything else (CR, comments, other fields, an
+                # unfinished event) falls through to the line-by-line path below,
+                # which gives the same frames.
+                stop = buf.find(b"\n\n", pos)
+                if stop >= 0 and buf.find(b"\r", pos, stop) < 0:
+                    frame = self._block(bytes(buf[pos : stop + 2]))
+                    if frame is not None:
+                        frames.append(frame)
+                        pos = search = self._frame_start = stop + 2
+                        continue
             lf = buf.find(b"\n", search)
             cr = buf.find(b"\r", search, lf if lf >= 0 else end)
             if cr >= 0:
@@ -140,6 +199,31 @@ class SSEFramer:
         self._data = None
         self._unknown = False
         return tail
+
+    @staticmethod
+    def _block(raw: bytes) -> SSEFrame | None:
+        """The frame of ``raw`` (a whole LF-only event, blank line included) when it is
+        made of ``event:`` and ``data:`` lines only; None for anything else."""
+        nl = raw.find(b"\n")
+        if (
+            raw.startswith(b"event: ")
+            and raw.startswith(b"data: ", nl + 1)
+            and raw.find(b"\n", nl + 1) == len(raw) - 2
+        ):  # the usual shape: one event: line, one data: line
+            return SSEFrame(raw, _event_name(raw[7:nl]), raw[nl + 7 : -2])
+        event: str | None = None
+        data: list[bytes] = []
+        for line in raw[:-2].split(b"\n"):
+            if line.startswith(b"data:"):
+                data.append(line[6:] if line.startswith(b" ", 5) else line[5:])
+            elif line.startswith(b"event:"):
+                value = line[7:] if line.startswith(b" ", 6) else line[6:]
+                event = _event_name(value)
+            else:
+                return None
+        if not data:
+            return SSEFrame(raw, event)
+        return SSEFrame(raw, event, data[0] if len(data) == 1 else b"\n".join(data))
 
     def _line(self, buf: bytearray, start: int, end: int, nxt: int) -> SSEFrame | None:
         """Interpret one line ``buf[start:end]``; return a frame if it completes one."""
