@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-clients lint typecheck check clean reliability-doc bench
+.PHONY: demo test test-browser test-clients lint typecheck check clean reliability-doc bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,12 @@ demo: $(STAMP)
 ## test: the whole test suite (what CI runs)
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+## test-browser: the live view page in headless chromium (installs Debian's chromium)
+test-browser: $(STAMP)
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+	$(BIN)/python -m pytest tests/browser -p no:cacheprovider --override-ini addopts=-ra
+	@echo "screenshot: tests/artifacts/live-view.png"
 
 ## test-clients: the real Vercel AI SDK (npm: ai, @ai-sdk/openai) against proxai; needs node + npm
 test-clients: $(STAMP)

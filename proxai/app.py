@@ -9,6 +9,8 @@ to lifespan shutdown.
 from __future__ import annotations
 
 import logging
+import secrets
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -21,11 +23,15 @@ import trio
 from .anthropic.observer import MessagesObserver
 from .anthropic.request import project_messages_request
 from .auth import ClientKeys
+from .capture import Capture, Captures
 from .chat.observer import ChatObserver
 from .chat.request import ChatRequestProjection, project_chat_request
 from .config import Config, Protocol, TimeoutsConfig
 from .errors import ErrorShape, ProxyError
 from .json_body import load_json_object
+from .live_view import INTERVAL as LIVE_INTERVAL
+from .live_view import PAGE, PREFIX, LiveViewAccess, snapshot_body
+from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .normalize import normalize_body
 from .observer import PassThroughObserver, StreamObserver
 from .outcome import Outcome, OutcomeKind
@@ -39,6 +45,7 @@ from .relay import (
     send_error,
     shutdown_error,
 )
+from .request_log import RequestLog
 from .responses.observer import ResponsesObserver
 from .responses.request import RequestProjection, project_request
 from .retry import RetryPlan
@@ -48,6 +55,9 @@ from .upstream import UpstreamClient
 __all__ = ["ProxaiApp"]
 
 log = logging.getLogger("proxai")
+
+#: proxai's id of a request: returned to the client, sent upstream, in every record.
+REQUEST_ID_HEADER = b"x-proxai-request-id"
 
 # Generation routes: their bodies are checked, projected and may be normalized.
 JSON_ROUTES = frozenset({"/v1/responses", "/v1/chat/completions", "/v1/messages"})
@@ -84,6 +94,10 @@ class ProxaiApp:
         self._drain_requested = trio.Event()
         self._idle = trio.Event()  # set once draining and nothing is in flight
         self._drain_scope = trio.CancelScope()  # the wait for in-flight requests
+        self._request_log = RequestLog(config.logging)
+        self._metrics = Metrics() if config.metrics.enabled else None
+        self._captures = Captures(config.capture) if config.capture.enabled else None
+        self._live_access = LiveViewAccess(config.live_view)
 
     @property
     def in_flight(self) -> int:
@@ -179,7 +193,19 @@ class ProxaiApp:
         if path in ("/healthz", "/readyz") and method in ("GET", "HEAD"):
             await self._health(path, method, send)
             return
-        headers: list[tuple[bytes, bytes]] = list(scope["headers"])
+        if self._metrics is not None and path == self.config.metrics.path and method == "GET":
+            await _send_plain(send, 200, CONTENT_TYPE_LATEST.encode(), self._metrics.exposition())
+            return
+        if self.config.live_view.enabled and (path == PREFIX or path.startswith(PREFIX + "/")):
+            await self._live_view(scope, receive, send)
+            return
+        request_id = "req_" + secrets.token_hex(12)
+        # The client's own x-proxai-request-id is replaced: ids are proxai's.
+        headers: list[tuple[bytes, bytes]] = [
+            (n, v) for n, v in scope["headers"] if n != REQUEST_ID_HEADER
+        ]
+        headers.append((REQUEST_ID_HEADER, request_id.encode()))
+        id_header = [(REQUEST_ID_HEADER, request_id.encode())]
         raw_path: bytes = scope.get("raw_path") or path.encode()
         # Routes are matched on the path an upstream would see after normalizing it
         # ("/v1//responses/" is /v1/responses), so no spelling skips the observers.
@@ -188,17 +214,33 @@ class ProxaiApp:
         shape = (
             ErrorShape.ANTHROPIC if protocol is Protocol.ANTHROPIC_MESSAGES else ErrorShape.OPENAI
         )
-        outcome = Outcome(method, path)
+        outcome = Outcome(method, path, request_id=request_id)
         admitted = False
+        capture = self._captures.start() if self._captures is not None else None
         try:
             self._admit(method, path, raw_path, headers, protocol)
             admitted = True
             self._in_flight += 1
+            if self._metrics is not None:
+                self._metrics.in_flight.inc()
+            if capture is not None:
+                capture.request_head(method, raw_path, scope.get("query_string", b""), headers)
             await self._proxy(
-                scope, receive, send, headers, raw_path, route_path, protocol, shape, outcome
+                scope,
+                receive,
+                send,
+                headers,
+                raw_path,
+                route_path,
+                protocol,
+                shape,
+                outcome,
+                capture,
             )
         except ProxyError as exc:
-            await send_error(send, exc, shape)
+            body = await send_error(send, exc, shape, id_header)
+            if capture is not None:
+                capture.client.add(body)
             outcome.kind = exc.kind or OutcomeKind.PROXY_ERROR
             outcome.status = exc.status
             outcome.detail = exc.message
@@ -209,10 +251,15 @@ class ProxaiApp:
         finally:
             if admitted:
                 self._in_flight -= 1
+                if self._metrics is not None:
+                    self._metrics.in_flight.dec()
                 if self._draining and not self._in_flight:
                     self._idle.set()
             # Every request leaves a record, even one a bug or a shutdown cut short.
             self._report(outcome)
+            if capture is not None and self._captures is not None:
+                with trio.move_on_after(5, shield=True):
+                    await self._captures.save(capture, outcome)
 
     def _admit(
         self,
@@ -257,10 +304,13 @@ class ProxaiApp:
         protocol: Protocol,
         shape: ErrorShape,
         outcome: Outcome,
+        capture: Capture | None,
     ) -> None:
         """Read and route one admitted request, then relay it; raises ProxyError."""
         method = outcome.method
         body = await self._read_body(scope, receive)
+        if capture is not None:
+            capture.request.add(body)
         if self._draining:
             raise shutdown_error()
         prepared = self._prepare(method, route_path, body, outcome)
@@ -294,6 +344,11 @@ class ProxaiApp:
             error_shape=shape,
             max_event_bytes=self.config.server.max_event_bytes,
             can_abort=scope.get("http_version") != "2",
+            response_headers=[(REQUEST_ID_HEADER, outcome.request_id.encode())]
+            if outcome.request_id
+            else (),
+            tap=capture,
+            on_attempt=self._metrics.attempt if self._metrics is not None else None,
         )
         self._relays.add(relay)
         try:
@@ -397,8 +452,75 @@ class ProxaiApp:
         )
 
     def _report(self, outcome: Outcome) -> None:
+        self._request_log(outcome)
+        if self._metrics is not None:
+            self._metrics.observe(outcome)
         if self._on_outcome is not None:
             self._on_outcome(outcome)
+
+    # -- the live view -------------------------------------------------------------------
+
+    async def _live_view(self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
+        path = scope["path"]
+        refusal = self._live_view_refusal(scope)
+        if refusal is not None:
+            await send_error(send, refusal)
+        elif path in (PREFIX, PREFIX + "/"):
+            await _send_plain(send, 200, b"text/html; charset=utf-8", PAGE)
+        elif path == PREFIX + "/streams":
+            await _send_plain(send, 200, b"application/json", self._streams_body())
+        elif path == PREFIX + "/events":
+            await self._live_events(receive, send)
+        else:
+            await send_error(
+                send, ProxyError(404, f"no live view page {path}", "invalid_request_error")
+            )
+
+    def _live_view_refusal(self, scope: dict[str, Any]) -> ProxyError | None:
+        """Why this client may not see the live view, if it may not."""
+        client = scope.get("client")
+        if not self._live_access.allows(client[0] if client else None):
+            return ProxyError(
+                403,
+                "the live view answers loopback clients and live_view.allow only",
+                "invalid_request_error",
+                code="forbidden",
+            )
+        # The page itself holds no data (a browser cannot send a key to load it); what
+        # it reads, /streams and /events, is behind the client keys.
+        if self._keys is not None and scope["path"] not in (PREFIX, PREFIX + "/"):
+            try:
+                self._keys.check(scope["headers"], Protocol.OPENAI)
+            except ProxyError as exc:
+                return exc
+        if scope["method"] != "GET":
+            return ProxyError(
+                405, f"{scope['method']} is not allowed here", "invalid_request_error"
+            )
+        return None
+
+    def _streams_body(self) -> bytes:
+        return snapshot_body([relay.snapshot() for relay in self._relays], time.time())
+
+    async def _live_events(self, receive: ASGIReceive, send: ASGISend) -> None:
+        """A snapshot now and every second, until the client leaves or proxai drains."""
+        headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-store")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch)
+            while not self._draining:
+                data = b"data: " + self._streams_body() + b"\n\n"
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+                await trio.sleep(LIVE_INTERVAL)
+            nursery.cancel_scope.cancel()
+        with trio.CancelScope(shield=True):
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _read_body(self, scope: dict[str, Any], receive: ASGIReceive) -> bytes:
         """The whole request body, refused with 413 as soon as it passes the limit."""
@@ -438,6 +560,12 @@ class ProxaiApp:
             code="request_timeout",
             kind=OutcomeKind.REQUEST_BODY_TIMEOUT,
         )
+
+
+async def _send_plain(send: ASGISend, status: int, content_type: bytes, body: bytes) -> None:
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _json_object_or_none(body: bytes) -> dict[str, Any] | None:

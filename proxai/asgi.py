@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 
 from .app import ProxaiApp
-from .cli import outcome_logger
 from .config import load_config
 
 __all__ = ["create_app"]
@@ -22,4 +21,4 @@ def create_app() -> ProxaiApp:
     path = os.environ.get("PROXAI_CONFIG")
     if not path:
         raise RuntimeError("set PROXAI_CONFIG to the path of proxai's TOML configuration")
-    return ProxaiApp(load_config(path), on_outcome=outcome_logger())
+    return ProxaiApp(load_config(path))

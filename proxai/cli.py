@@ -6,13 +6,13 @@ import argparse
 import logging
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 
 import trio
 
 from .config import ConfigError, load_config, route_warnings
-from .outcome import Outcome
+from .request_log import configure as configure_logging
 
 __all__ = ["main"]
 
@@ -39,7 +39,7 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         metavar="N",
         help="worker processes sharing the port (server.workers, default 1)",
     )
-    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    p.add_argument("--log-level", help="logging level (logging.level, default info)")
 
 
 def _demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -57,40 +57,10 @@ def _demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     add_demo_arguments(p)
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
-    )
-    for noisy in ("httpx", "httpcore"):  # a line per upstream request says nothing new
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
 def ignore_late_signals() -> None:
     """Once the server has stopped, a signal must not turn a clean exit into a kill."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
-
-
-def outcome_logger() -> Callable[[Outcome], None]:
-    """One line per finished request (issue 6 makes it a structured record)."""
-    log = logging.getLogger("proxai.request")
-
-    def record(outcome: Outcome) -> None:
-        attempts = len(outcome.attempts)
-        log.info(
-            "%s %s -> %s %s upstream=%s attempts=%d model=%s %.1f ms",
-            outcome.method,
-            outcome.path,
-            outcome.status,
-            outcome.kind.value if outcome.kind else None,
-            outcome.upstream,
-            attempts,
-            outcome.model,
-            (outcome.total_s or 0.0) * 1000,
-        )
-
-    return record
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -109,7 +79,7 @@ def _serve(args: argparse.Namespace) -> int:
     except (ConfigError, OSError) as exc:
         print(f"proxai: {exc}", file=sys.stderr)
         return 2
-    configure_logging(args.log_level)
+    configure_logging(config.logging, args.log_level)
     log = logging.getLogger("proxai")
     for warning in route_warnings(config):
         log.warning("%s", warning)
@@ -120,13 +90,11 @@ def _serve(args: argparse.Namespace) -> int:
         from .workers import run_workers
 
         log.info("upstreams: %s", upstreams)
-        return run_workers(config, (args.log_level,))
+        return run_workers(config, args.log_level)
 
     async def run() -> None:
         async with trio.open_nursery() as nursery:
-            binds = await nursery.start(
-                partial(serve, config, on_outcome=outcome_logger(), handle_signals=True)
-            )
+            binds = await nursery.start(partial(serve, config, handle_signals=True))
             log.info("proxai listening on %s, upstreams: %s", ", ".join(binds), upstreams)
 
     trio.run(run)

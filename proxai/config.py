@@ -9,6 +9,7 @@ an int) and timeouts must be positive. Errors are collected and reported as one
 from __future__ import annotations
 
 import enum
+import ipaddress
 import os
 import tomllib
 from collections.abc import Mapping
@@ -198,6 +199,53 @@ class AuthConfig:
         return bool(self.keys) or self.keys_file is not None
 
 
+class LogFormat(enum.StrEnum):
+    JSON = "json"  # one JSON object per line, for log pipelines
+    HUMAN = "human"  # key=value, for a terminal
+
+
+def _level(inst: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    if value.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise InvalidValue(
+            attribute, f"must be one of debug, info, warning, error, critical, got {value!r}"
+        )
+
+
+@attrs.frozen
+class LoggingConfig:
+    """The request log: one line per request, from its outcome record."""
+
+    format: LogFormat = LogFormat.HUMAN
+    level: str = attrs.field(default="info", validator=_level)
+    #: Requests that take longer than this (milliseconds) are logged at warning.
+    warn_ms: float = attrs.field(default=60_000.0, validator=_positive)
+
+
+@attrs.frozen
+class MetricsConfig:
+    enabled: bool = True
+    path: str = "/metrics"
+
+
+@attrs.frozen
+class CaptureConfig:
+    """Raw bytes of each request, for reproducing an upstream bug (off by default)."""
+
+    enabled: bool = False
+    dir: str = "proxai-captures"
+    max_bytes: int = attrs.field(default=1024 * 1024, validator=_positive_int)
+    keep: int = attrs.field(default=100, validator=_positive_int)
+
+
+@attrs.frozen
+class LiveViewConfig:
+    """``/_proxai/``: the open streams, live (off by default)."""
+
+    enabled: bool = False
+    #: Client networks allowed besides loopback, e.g. ["10.0.0.0/8"].
+    allow: list[str] = attrs.field(factory=list)
+
+
 @attrs.frozen
 class Config:
     """The whole configuration, as loaded from TOML and command-line overrides."""
@@ -209,6 +257,10 @@ class Config:
     routes: list[RouteConfig] = attrs.field(factory=list)
     retries: RetriesConfig = RetriesConfig()
     auth: AuthConfig = AuthConfig()
+    logging: LoggingConfig = LoggingConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    capture: CaptureConfig = CaptureConfig()
+    live_view: LiveViewConfig = LiveViewConfig()
 
     def upstream_named(self, name: str) -> UpstreamConfig | None:
         if name == DEFAULT_NAME and self.upstream.base_url is not None:
@@ -246,6 +298,15 @@ def _structure_protocol(value: Any, _: Any) -> Protocol:
 
 
 _converter.register_structure_hook(Protocol, _structure_protocol)
+
+
+def _structure_log_format(value: Any, _: Any) -> LogFormat:
+    if isinstance(value, str) and value in LogFormat._value2member_map_:
+        return LogFormat(value)
+    raise ValueError(f"must be 'json' or 'human', got {value!r}")
+
+
+_converter.register_structure_hook(LogFormat, _structure_log_format)
 _ARRAYS = frozenset({"routes"})  # arrays of tables: [[routes]]
 _TABLES = frozenset(a.name for a in attrs.fields(Config)) - _ARRAYS
 
@@ -302,7 +363,7 @@ def load_config(
     if path is not None:
         config = _resolve_files(config, Path(path).parent)
     problems = _check_upstreams(config, os.environ if environ is None else environ)
-    problems += _check_routes(config) + _check_files(config)
+    problems += _check_routes(config) + _check_files(config) + _check_observability(config)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return config
@@ -321,12 +382,15 @@ def _resolve_files(config: Config, base: Path) -> Config:
         ca_certs=_resolve(base, config.server.ca_certs),
     )
     auth = attrs.evolve(config.auth, keys_file=_resolve(base, config.auth.keys_file))
+    capture = attrs.evolve(config.capture, dir=_resolve(base, config.capture.dir) or "")
     upstream = attrs.evolve(config.upstream, ca_bundle=_resolve(base, config.upstream.ca_bundle))
     upstreams = {
         name: attrs.evolve(u, ca_bundle=_resolve(base, u.ca_bundle))
         for name, u in config.upstreams.items()
     }
-    return attrs.evolve(config, server=server, auth=auth, upstream=upstream, upstreams=upstreams)
+    return attrs.evolve(
+        config, server=server, auth=auth, upstream=upstream, upstreams=upstreams, capture=capture
+    )
 
 
 def _check_files(config: Config) -> list[str]:
@@ -347,6 +411,20 @@ def _check_files(config: Config) -> list[str]:
     for key, name in files:
         if name is not None and not Path(name).is_file():
             problems.append(f"{key}: no such file: {name}")
+    return problems
+
+
+def _check_observability(config: Config) -> list[str]:
+    problems: list[str] = []
+    if not config.metrics.path.startswith("/") or config.metrics.path.startswith("/v1"):
+        problems.append(
+            f"metrics.path: must start with / and not be under /v1, got {config.metrics.path!r}"
+        )
+    for i, network in enumerate(config.live_view.allow):
+        try:
+            ipaddress.ip_network(network, strict=False)
+        except ValueError:
+            problems.append(f"live_view.allow[{i}]: not an IP network: {network!r}")
     return problems
 
 

@@ -79,6 +79,11 @@ class StreamObserver:
     def fill(self, outcome: Outcome) -> None:
         """Add what the observer learned (items, usage, aggregates) to the outcome."""
 
+    def snapshot(self, now: float) -> dict[str, object]:
+        """What the live view shows of the stream now: open items and time left on
+        the deadlines (seconds; ``None``: no deadline). Never their content."""
+        return {"next_deadline_left": None, "items": [], "finished": self.finished}
+
 
 class PassThroughObserver(StreamObserver):
     """Forwards everything and imposes no deadline: for bodies proxai does not interpret."""

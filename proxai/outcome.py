@@ -68,6 +68,7 @@ class Outcome:
     method: str
     path: str
     kind: OutcomeKind | None = None
+    request_id: str | None = None  # also sent to the client and upstream as x-proxai-request-id
     upstream: str | None = None  # the configured upstream's name ("default" for [upstream])
     route: str | None = None  # the [[routes]] entry that matched, if any
     attempts: list[AttemptRecord] = attrs.field(factory=list)  # every upstream try, in order

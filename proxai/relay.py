@@ -34,7 +34,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import trio
@@ -81,6 +81,22 @@ class ProxiedRequest:
     #: False for a generation request that asked for no stream: the upstream sends its
     #: headers only when the whole answer is ready, so only ``total`` bounds the wait.
     first_byte_applies: bool = True
+
+
+class Tap(Protocol):
+    """Sees the bytes of a request's exchange (captures): never changes them."""
+
+    def upstream_head(self, status: int, headers: Headers) -> None: ...
+
+    @property
+    def upstream(self) -> _Sink: ...
+
+    @property
+    def client(self) -> _Sink: ...
+
+
+class _Sink(Protocol):
+    def add(self, data: bytes) -> None: ...
 
 
 @attrs.frozen
@@ -175,17 +191,22 @@ class UpstreamClock:
 
 
 async def send_error(
-    send: ASGISend, error: ProxyError, shape: ErrorShape = ErrorShape.OPENAI
-) -> None:
-    """Answer with ``error`` as an HTTP response in the route's error format."""
+    send: ASGISend,
+    error: ProxyError,
+    shape: ErrorShape = ErrorShape.OPENAI,
+    extra_headers: Sequence[tuple[bytes, bytes]] = (),
+) -> bytes:
+    """Answer with ``error`` as an HTTP response in the route's error format; the body."""
     body = error.body(shape)
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
         *error.headers,
+        *extra_headers,
     ]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
+    return body
 
 
 def _retry_after(headers: Headers) -> float | None:
@@ -270,7 +291,15 @@ class Relay:
         error_shape: ErrorShape = ErrorShape.OPENAI,
         max_event_bytes: int = 16 * 1024 * 1024,
         can_abort: bool = True,
+        response_headers: Sequence[tuple[bytes, bytes]] = (),
+        tap: Tap | None = None,
+        on_attempt: Callable[[AttemptRecord, int], None] | None = None,
     ) -> None:
+        #: Told of each attempt as soon as it is decided, with its index (metrics).
+        self._on_attempt = on_attempt
+        #: Headers proxai adds to the response (x-proxai-request-id).
+        self._response_headers = list(response_headers)
+        self._tap = tap
         #: Whether ending a response without its final message makes the server break
         #: the connection (HTTP/1.1). Hypercorn's HTTP/2 leaves such a stream open, so
         #: there a cut-short body is ended normally rather than left hanging.
@@ -338,6 +367,28 @@ class Relay:
 
     # -- reader ------------------------------------------------------------------------
 
+    def snapshot(self) -> dict[str, object]:
+        """The live view's picture of this request now (no content, only shape)."""
+        outcome = self.outcome
+        stage = "waiting for the upstream" if not self._sent_head else "streaming"
+        if self._after_stall is not None:
+            stage = "client stalled"
+        return {
+            "request_id": outcome.request_id,
+            "method": outcome.method,
+            "path": outcome.path,
+            "model": outcome.model,
+            "route": outcome.route,
+            "upstream": outcome.upstream,
+            "attempts": len(outcome.attempts),
+            "stage": stage,
+            "age_s": round(self._elapsed(), 3),
+            "total_left": round(self._total_deadline - trio.current_time(), 3),
+            "events": outcome.events,
+            "bytes_out": outcome.bytes_out,
+            **self._observer.snapshot(self._clock.now()),
+        }
+
     def stop(self) -> None:
         """End the request now (proxai is shutting down): before the first byte as a
         503, after it with the protocol's error, like any upstream fault."""
@@ -404,6 +455,8 @@ class Relay:
             else:
                 attempt.status = result.status
                 attempt.retry_after = _retry_after(result.headers)
+            if self._on_attempt is not None:
+                self._on_attempt(attempt, len(self._plan.attempts) - 1)
             following = self._plan.next_attempt(attempt)
             if following is None or trio.current_time() + following[1] >= self._total_deadline:
                 self._target = target
@@ -416,6 +469,9 @@ class Relay:
     ) -> None:
         send = self._clock.send_paused
         self.outcome.first_byte_s = self._elapsed()
+        tap = self._tap
+        if tap is not None:
+            tap.upstream_head(response.status, response.headers)
         sse = _is_event_stream(response.status, response.headers)
         await send(channel, _Head(response.status, response.headers, sse, self._clock.now()))
         self._sent_head = True
@@ -424,6 +480,8 @@ class Relay:
             async for data in response.iter_body():
                 at = self._clock.now()
                 self.outcome.bytes_in += len(data)
+                if tap is not None:
+                    tap.upstream.add(data)
                 if framer is None:
                     await send(channel, _Body(data, (), at))
                     continue
@@ -675,7 +733,11 @@ class Relay:
                 self.outcome.status = message.status
                 self._delivered = True
                 with self._closing_send():
-                    await send_error(self._asgi_send, message, self._error_shape)
+                    body = await send_error(
+                        self._asgi_send, message, self._error_shape, self._response_headers
+                    )
+                if self._tap is not None:
+                    self._tap.client.add(body)
         request_scope.cancel()
 
     def _closing_send(self) -> trio.CancelScope:
@@ -697,10 +759,13 @@ class Relay:
 
     async def _send_head(self, head: _Head) -> None:
         headers = response_headers_for_client(head.headers, keep_content_length=not head.sse)
+        headers += self._response_headers
         await self._asgi_send(
             {"type": "http.response.start", "status": head.status, "headers": headers}
         )
 
     async def _send_body(self, data: bytes) -> None:
         self.outcome.bytes_out += len(data)
+        if self._tap is not None:
+            self._tap.client.add(data)
         await self._asgi_send({"type": "http.response.body", "body": data, "more_body": True})

@@ -219,6 +219,28 @@ class TrackingObserver(StreamObserver):
             outcome.anomalies.append(f"... and {self._anomalies_dropped} more anomalies")
         outcome.anomalies.extend(f"aggregate differs: {m}" for m in self._mismatches)
 
+    def snapshot(self, now: float) -> dict[str, object]:
+        items = [
+            {
+                "label": item.label,
+                "streams": item.streams,
+                "guarded": item.guarded,
+                "deadline_left": (
+                    round(item.last_progress + self._tool_arguments - now, 3)
+                    if item.guarded
+                    else None
+                ),
+                "chars": sum(len(p) for p in item.parts),
+            }
+            for item in self._open.values()
+        ]
+        return {
+            "next_deadline_left": round(self.deadline() - now, 3),
+            "items": items,
+            "finished": self.finished,
+            "events": self._events,
+        }
+
     @property
     def open_items(self) -> list[str]:
         """Labels of the items open now (for tests and the live view)."""

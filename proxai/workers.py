@@ -15,19 +15,24 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import multiprocessing.connection
+import os
+import shutil
 import signal
 import socket
+import tempfile
 import time
 from functools import partial
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import Any
 
 import trio
 from hypercorn.config import Sockets
+from prometheus_client import multiprocess as prometheus_multiprocess
 
 from .app import STOP_GRACE
 from .config import Config
+from .metrics import MULTIPROCESS_ENV
+from .request_log import configure as configure_logging
 from .server import hypercorn_config, serve
 
 __all__ = ["run_workers"]
@@ -37,11 +42,11 @@ _POLL = 0.1  # seconds between the parent's looks at its workers
 
 
 def _worker_main(
-    config: Config, sockets: Sockets, parent: Connection, setup: tuple[Any, ...]
+    config: Config, sockets: Sockets, parent: Connection, log_level: str | None
 ) -> None:
-    from .cli import configure_logging, ignore_late_signals, outcome_logger
+    from .cli import ignore_late_signals
 
-    configure_logging(*setup)
+    configure_logging(config.logging, log_level)
     hc = hypercorn_config(config)
     for sock in sockets.secure_sockets + sockets.insecure_sockets:
         sock.listen(hc.backlog)
@@ -54,7 +59,6 @@ def _worker_main(
         partial(
             serve,
             config,
-            on_outcome=outcome_logger(),
             shutdown_trigger=parent_gone,
             handle_signals=True,  # a process group or cgroup gets SIGTERM all at once
             sockets=sockets,
@@ -68,7 +72,7 @@ def _url(scheme: str, sock: socket.socket) -> str:
     return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
-def run_workers(config: Config, setup: tuple[Any, ...]) -> int:
+def run_workers(config: Config, log_level: str | None = None) -> int:
     """Serve with ``config.server.workers`` processes until SIGINT/SIGTERM; the exit code."""
     hc = hypercorn_config(config)
     sockets = hc.create_sockets()
@@ -79,7 +83,7 @@ def run_workers(config: Config, setup: tuple[Any, ...]) -> int:
     def start() -> None:
         theirs, ours = ctx.Pipe(duplex=False)
         process = ctx.Process(
-            target=_worker_main, args=(config, sockets, theirs, setup), name="proxai-worker"
+            target=_worker_main, args=(config, sockets, theirs, log_level), name="proxai-worker"
         )
         process.start()
         theirs.close()  # the worker holds its own copy
@@ -92,6 +96,9 @@ def run_workers(config: Config, setup: tuple[Any, ...]) -> int:
     # Installed for the rest of the process: a late signal must not kill a clean exit.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
+    # Metrics: each worker counts into files here; /metrics on any of them sums them all.
+    metrics_dir = tempfile.mkdtemp(prefix="proxai-metrics-")
+    os.environ[MULTIPROCESS_ENV] = metrics_dir  # inherited by the spawned workers
     try:
         for _ in range(config.server.workers):
             start()
@@ -102,6 +109,8 @@ def run_workers(config: Config, setup: tuple[Any, ...]) -> int:
             multiprocessing.connection.wait([p.sentinel for p in processes], timeout=_POLL)
             for process in [p for p in processes if p.exitcode is not None]:
                 processes.pop(process).close()
+                if process.pid is not None:
+                    prometheus_multiprocess.mark_process_dead(process.pid)  # type: ignore[no-untyped-call]
                 if not stopping:
                     log.error(
                         "worker %s exited with %s; starting another", process.pid, process.exitcode
@@ -122,3 +131,4 @@ def run_workers(config: Config, setup: tuple[Any, ...]) -> int:
     finally:
         for sock in sockets.secure_sockets + sockets.insecure_sockets:
             sock.close()
+        shutil.rmtree(metrics_dir, ignore_errors=True)
