@@ -36,6 +36,7 @@ _ANTHROPIC_TYPES = {
     413: "request_too_large",
     429: "rate_limit_error",
     500: "api_error",
+    503: "overloaded_error",  # proxai over its limit or shutting down: retry elsewhere
     504: "timeout_error",
     529: "overloaded_error",
 }

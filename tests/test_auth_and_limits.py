@@ -219,3 +219,24 @@ async def test_drain_before_the_first_byte_is_a_503(autojump_clock: MockClock) -
     assert (b"retry-after", b"1") in exchange.headers
     assert closed_at - exchange.started_at == pytest.approx(6.0)
     del Stall
+
+
+async def test_anthropic_routes_get_overloaded_error_when_over_the_limit(
+    autojump_clock: MockClock,
+) -> None:
+    body = b"".join(WHOLE)
+    slow = Script.sse([body[:10], body[10:]], delay=5.0)
+    async with MemoryProxy(
+        [slow], upstreams=ANTHROPIC_UPSTREAM, server={"max_concurrent_streams": 1}
+    ) as proxy:
+        results = []
+
+        async def one() -> None:
+            results.append(await proxy.request(REQUEST, path=MESSAGES))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one)
+            await trio.sleep(1)
+            nursery.start_soon(one)
+    refused = next(r for r in results if r.status == 503)
+    assert refused.json()["error"]["type"] == "overloaded_error"
