@@ -216,11 +216,13 @@ class ProxaiApp:
         )
         outcome = Outcome(method, path, request_id=request_id)
         admitted = False
-        capture = self._captures.start() if self._captures is not None else None
+        capture: Capture | None = None
         try:
             self._admit(method, path, raw_path, headers, protocol)
             admitted = True
             self._in_flight += 1
+            # Refused requests are not captured: a flood of them must not push out the rest.
+            capture = self._captures.start() if self._captures is not None else None
             if self._metrics is not None:
                 self._metrics.in_flight.inc()
             if capture is not None:
@@ -311,8 +313,6 @@ class ProxaiApp:
         body = await self._read_body(scope, receive)
         if capture is not None:
             capture.request.add(body)
-        if self._draining:
-            raise shutdown_error()
         prepared = self._prepare(method, route_path, body, outcome)
         route = self._router.route_for(protocol, prepared.model)
         outcome.route = route.name

@@ -17,6 +17,7 @@ written by a worker thread when the request ends; then only the newest
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from collections.abc import Iterable
@@ -40,8 +41,11 @@ SECRET_HEADERS = frozenset(
         b"api-key",
         b"x-goog-api-key",
         b"cookie",
+        b"set-cookie",
     }
 )
+#: The folders proxai writes; pruning never touches anything else in ``dir``.
+FOLDER = re.compile(r"\d{8}T\d{6}-req_[0-9a-f]{24}")
 
 
 class _Capped:
@@ -100,12 +104,15 @@ class Captures:
         self._dir = Path(config.dir)
         self._limit = config.max_bytes
         self._keep = config.keep
+        self._writing = trio.Lock()  # one write (and prune) at a time in this process
 
     def start(self) -> Capture:
         return Capture(self._limit)
 
     async def save(self, capture: Capture, outcome: Outcome) -> None:
-        await trio.to_thread.run_sync(self._write, capture, outcome)
+        async with self._writing:
+            # Abandoned if the caller gives up (a slow disk): the thread finishes alone.
+            await trio.to_thread.run_sync(self._write, capture, outcome, abandon_on_cancel=True)
 
     def _write(self, capture: Capture, outcome: Outcome) -> None:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
@@ -116,17 +123,20 @@ class Captures:
             "upstream.bin": capture.upstream,
             "client.bin": capture.client,
         }
-        for name, content in files.items():
-            (folder / name).write_bytes(content.bytes())
         record = outcome.as_dict()
         record["truncated"] = sorted(n for n, c in files.items() if c.truncated)
-        (folder / "outcome.json").write_bytes(orjson.dumps(record, option=orjson.OPT_INDENT_2))
+        try:
+            for name, content in files.items():
+                (folder / name).write_bytes(content.bytes())
+            (folder / "outcome.json").write_bytes(orjson.dumps(record, option=orjson.OPT_INDENT_2))
+        except FileNotFoundError:
+            return  # another worker pruned it already: it was not among the newest
         self._prune()
 
     def _prune(self) -> None:
-        folders = sorted(
-            (p for p in self._dir.iterdir() if p.is_dir()),
-            key=lambda p: (p.stat().st_mtime, p.name),
-        )
+        """Keep the newest ``keep`` capture folders (by name: it starts with the UTC
+        time). Only proxai's own folders are considered, and other workers prune the
+        same folder, so any of them may vanish meanwhile."""
+        folders = sorted(p.name for p in self._dir.iterdir() if FOLDER.fullmatch(p.name))
         for old in folders[: max(0, len(folders) - self._keep)]:
-            shutil.rmtree(old, ignore_errors=True)
+            shutil.rmtree(self._dir / old, ignore_errors=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import ipaddress
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -151,7 +152,9 @@ class UpstreamConfig:
         if self.api_key is not None:
             return self.api_key
         if self.api_key_env is not None:
-            return environ.get(self.api_key_env)
+            value = environ.get(self.api_key_env)
+            # A key read from a file (a Kubernetes secret, $(cat key)) often ends in a newline.
+            return value.strip() if value is not None else None
         return None
 
 
@@ -490,6 +493,38 @@ def _protocol_of(config: Config, route: RouteConfig) -> Protocol | None:
     return None
 
 
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+def _bad_value(value: str) -> str | None:
+    """Why ``value`` cannot be an HTTP header value, if it cannot (never quoting it)."""
+    if any(c in value for c in "\r\n\0"):
+        return "contains a line break or NUL"
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return "has characters outside latin-1"
+    return None
+
+
+def _check_header_values(
+    table: str, upstream: UpstreamConfig, environ: Mapping[str, str]
+) -> list[str]:
+    problems: list[str] = []
+    for name, value in upstream.headers.items():
+        if not _TOKEN.fullmatch(name):
+            problems.append(f"{table}.headers: {name!r} is not a valid header name")
+        elif (why := _bad_value(value)) is not None:
+            problems.append(f"{table}.headers.{name}: the value {why}")
+    key = upstream.resolved_api_key(environ)
+    if key is not None and (why := _bad_value(key)) is not None:
+        source = (
+            "api_key" if upstream.api_key is not None else f"api_key_env ({upstream.api_key_env})"
+        )
+        problems.append(f"{table}.{source}: the key {why}")
+    return problems
+
+
 def _check_upstreams(config: Config, environ: Mapping[str, str]) -> list[str]:
     problems: list[str] = []
     if DEFAULT_NAME in config.upstreams:
@@ -500,6 +535,7 @@ def _check_upstreams(config: Config, environ: Mapping[str, str]) -> list[str]:
         configured = upstream != UpstreamConfig()  # [upstream] may be left out entirely
         if upstream.base_url is None and (table != "upstream" or configured):
             problems.append(f"{table}.base_url: required key is missing")
+        problems += _check_header_values(table, upstream, environ)
         if upstream.api_key is not None and upstream.api_key_env is not None:
             problems.append(f"{table}.api_key and {table}.api_key_env: set one, not both")
         elif upstream.api_key_env is not None and upstream.api_key_env not in environ:

@@ -29,6 +29,7 @@ MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 #: Distinct model names kept as label values per process; the rest count as "other",
 #: so clients naming random models cannot grow the metrics without bound.
 MAX_MODELS = 100
+MAX_MODEL_LENGTH = 100
 STALLS = frozenset(
     {
         OutcomeKind.STALLED_FIRST_BYTE,
@@ -113,17 +114,24 @@ class Metrics:
             registry=registry,
         )
 
-    def _model(self, model: str | None) -> str:
+    def _model(self, outcome: Outcome) -> str:
+        """The model label: a model an upstream served (a 2xx answer) gets one of the
+        first MAX_MODELS slots; refused, failed and odd names count as "other", so no
+        client can crowd out real models or grow the metrics."""
+        model = outcome.model
         if model is None:
             return ""
-        if model in self._models or len(self._models) < MAX_MODELS:
+        served = outcome.status is not None and 200 <= outcome.status < 300
+        if model in self._models:
+            return model
+        if served and len(model) <= MAX_MODEL_LENGTH and len(self._models) < MAX_MODELS:
             self._models.add(model)
             return model
         return "other"
 
     def observe(self, outcome: Outcome) -> None:
         upstream = outcome.upstream or ""
-        model = self._model(outcome.model)
+        model = self._model(outcome)
         kind = outcome.kind.value if outcome.kind else "unknown"
         self.requests.labels(outcome.route or "", upstream, model, kind).inc()
         if outcome.kind in STALLS:

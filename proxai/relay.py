@@ -759,7 +759,9 @@ class Relay:
 
     async def _send_head(self, head: _Head) -> None:
         headers = response_headers_for_client(head.headers, keep_content_length=not head.sse)
-        headers += self._response_headers
+        if self._response_headers:  # proxai's own replace the upstream's (a chained proxai)
+            own = {name for name, _ in self._response_headers}
+            headers = [(n, v) for n, v in headers if n not in own] + self._response_headers
         await self._asgi_send(
             {"type": "http.response.start", "status": head.status, "headers": headers}
         )

@@ -105,8 +105,18 @@ def log_fields(outcome: Outcome) -> dict[str, Any]:
     }
 
 
+def _text(value: str) -> str:
+    """A value as one token: quoted (JSON escapes) when it holds a space, a quote or a
+    control character, so a client's path or model cannot forge or break a line."""
+    if not value or any(c.isspace() or c == '"' or not c.isprintable() for c in value):
+        return orjson.dumps(value).decode()
+    return value
+
+
 def _human(fields: dict[str, Any]) -> str:
-    head = f"{fields['method']} {fields['path']} {fields['status']} {fields['outcome']}"
+    head = (
+        f"{_text(fields['method'])} {_text(fields['path'])} {fields['status']} {fields['outcome']}"
+    )
     parts = [head]
     for key, value in fields.items():
         if key in ("method", "path", "status", "outcome") or value in (None, [], {}, 0, False):
@@ -117,9 +127,7 @@ def _human(fields: dict[str, Any]) -> str:
             value = ",".join(f"{k}={v}" for k, v in value.items())
         elif isinstance(value, list):
             value = ",".join(str(v) for v in value)
-        elif isinstance(value, str) and (" " in value or not value):
-            value = orjson.dumps(value).decode()
-        parts.append(f"{key}={value}")
+        parts.append(f"{key}={_text(str(value))}")
     return " ".join(parts)
 
 

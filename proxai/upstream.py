@@ -153,6 +153,16 @@ class UpstreamClient:
                 code="upstream_unreachable",
                 kind=OutcomeKind.UPSTREAM_UNREACHABLE,
             ) from None
+        except httpx.LocalProtocolError:
+            # The request could not be written (h11 refuses a header value, say). Its
+            # message quotes the value, which may be a key: say nothing of it.
+            raise ProxyError(
+                502,
+                "proxai could not send the request upstream: a header proxai adds is not "
+                "valid HTTP (check this upstream's api_key and headers)",
+                "server_error",
+                code="upstream_request_invalid",
+            ) from None
         except httpx.TransportError as exc:
             # Connected, then the upstream closed or reset before its response headers.
             reset = isinstance(exc, httpx.ReadError | httpx.WriteError)

@@ -91,6 +91,10 @@ def run_workers(config: Config, log_level: str | None = None) -> int:
 
     def on_signal(signum: int, frame: object) -> None:
         nonlocal stopping
+        if stopping:  # a second signal: the workers end their drain at once
+            for process in processes:
+                if process.pid is not None and process.exitcode is None:
+                    os.kill(process.pid, signal.SIGINT)
         stopping = True
 
     # Installed for the rest of the process: a late signal must not kill a clean exit.

@@ -208,3 +208,27 @@ async def test_create_app_runs_under_the_hypercorn_command(
         await process.wait()
     assert ready.status_code == 200
     assert (response.status_code, response.content) == (200, TURN1)
+
+
+async def test_a_second_signal_to_the_workers_parent_ends_the_drain(
+    start_upstream: Any, tmp_path: Path
+) -> None:
+    upstream = await start_upstream([paced(60.0)])
+    config = tmp_path / "proxai.toml"
+    config.write_text(
+        f'[server]\nport = 0\ndrain_timeout = 60.0\n[upstream]\nbase_url = "{upstream.base_url}"\n'
+    )
+    async with serve_process(config, "--workers", "2") as px:
+        await px.read_log_until_count(rb"Running on ", 2)
+        result: dict[str, Any] = {"started": trio.Event()}
+        async with httpx.AsyncClient(timeout=30) as client, trio.open_nursery() as nursery:
+            nursery.start_soon(stream, client, px.url + "/v1/responses", "m", result)
+            with trio.fail_after(10):
+                await result["started"].wait()
+            px.process.send_signal(signal.SIGTERM)  # to the parent only, as `kill PID` does
+            await trio.sleep(1.0)
+            px.process.send_signal(signal.SIGTERM)
+            hurried = trio.current_time()
+        assert await px.stop(signal.SIGTERM) == 0
+    assert result["ended_at"] - hurried < 5.0  # not the 60 s drain_timeout
+    assert b"event: response.failed" in result["body"]

@@ -1,0 +1,141 @@
+"""Defects found in review of the service and observability work, each pinned down."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from trio.testing import MockClock
+
+from proxai.capture import Captures
+from proxai.config import CaptureConfig, ConfigError, load_config
+from proxai.outcome import Outcome
+from proxai.request_log import _human, log_fields
+from proxai.testing import Script
+from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, turn_bytes
+
+from .memory_harness import MemoryProxy
+
+TURN1 = turn_bytes(TURN1_EVENTS)
+
+
+def test_a_key_read_from_a_file_loses_its_newline() -> None:
+    config = load_config(
+        None,
+        overrides={"upstream": {"base_url": "http://u/v1", "api_key_env": "PROXAI_K"}},
+        environ={"PROXAI_K": "sk-from-a-secret-file\n"},
+    )
+    assert config.upstream.resolved_api_key({"PROXAI_K": "sk-from-a-secret-file\n"}) == (
+        "sk-from-a-secret-file"
+    )
+
+
+@pytest.mark.parametrize(
+    ("upstream", "message"),
+    [
+        ({"headers": {"X-Team": "a\r\nX-Evil: 1"}}, "upstream.headers.X-Team: the value contains"),
+        ({"headers": {"Bad Name": "x"}}, "upstream.headers: 'Bad Name' is not a valid header name"),
+        ({"headers": {"X-Org": "组织"}}, "upstream.headers.X-Org: the value has characters"),
+        ({"api_key": "sk-secret\nmore"}, "upstream.api_key: the key contains a line break"),
+    ],
+)
+def test_header_values_that_http_cannot_carry_stop_start_up(
+    upstream: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(None, overrides={"upstream": {"base_url": "http://u/v1", **upstream}})
+    assert message in str(info.value)
+    assert "sk-secret" not in str(info.value)  # the message never quotes a key
+
+
+async def test_junk_and_huge_model_names_do_not_grow_the_metrics(
+    autojump_clock: MockClock,
+) -> None:
+    routes = [{"model": "gpt-*", "upstreams": ["default"]}]
+    async with MemoryProxy(lambda r: Script.json({"ok": True}), routes=routes) as proxy:
+        for i in range(150):
+            await proxy.request({"model": f"junk-{i}", "input": "hi"})  # 404: no route
+        await proxy.request({"model": "gpt-" + "x" * 5000, "input": "hi"})
+        await proxy.request({"model": "gpt-5", "input": "hi"})
+        metrics = proxy.app._metrics
+        assert metrics is not None
+        text = metrics.exposition().decode()
+    assert 'model="gpt-5"' in text
+    assert "junk-" not in text and "xxxxx" not in text
+    assert len(text) < 50_000
+
+
+def test_pruning_never_touches_folders_proxai_did_not_write(tmp_path: Path) -> None:
+    (tmp_path / "my-notes").mkdir()
+    (tmp_path / "20250101T000000-not-a-request").mkdir()
+    captures = Captures(CaptureConfig(enabled=True, dir=str(tmp_path), keep=1))
+    for n in range(3):
+        outcome = Outcome("POST", "/v1/responses", request_id=f"req_{n:024x}")
+        captures._write(captures.start(), outcome)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert "my-notes" in names and "20250101T000000-not-a-request" in names
+    assert len([n for n in names if "req_" in n]) == 1
+
+
+def test_a_path_or_model_cannot_forge_a_log_line() -> None:
+    outcome = Outcome(
+        "POST",
+        "/v1/x\nPOST /v1/responses 200 completed request_id=req_forged",
+        request_id="req_" + "0" * 24,
+        model='gpt "5"\r\nfake',
+    )
+    line = _human(log_fields(outcome))
+    assert "\n" not in line and "\r" not in line
+    assert '"/v1/x\\nPOST /v1/responses 200 completed request_id=req_forged"' in line
+
+
+async def test_a_request_admitted_before_the_drain_is_served_after_its_body(
+    autojump_clock: MockClock,
+) -> None:
+    async with MemoryProxy([Script.sse([TURN1])], server={"drain_timeout": 10.0}) as proxy:
+        body = json.dumps(TURN1_REQUEST).encode()
+        parts = [body[:5], body[5:]]
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            if parts:
+                await trio.sleep(0.5)
+                part = parts.pop(0)
+                return {"type": "http.request", "body": part, "more_body": bool(parts)}
+            await trio.sleep_forever()
+            raise AssertionError
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/v1/responses",
+            "query_string": b"",
+            "headers": [(b"content-type", b"application/json")],
+        }
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(proxy.app, scope, receive, send)
+            await trio.sleep(0.1)
+            assert proxy.app.in_flight == 1
+            nursery.start_soon(proxy.app.drain)
+    assert sent[0]["status"] == 200
+    assert b"".join(m.get("body", b"") for m in sent[1:]) == TURN1
+
+
+async def test_an_upstream_request_id_is_replaced_by_proxais(autojump_clock: MockClock) -> None:
+    script = Script.sse(
+        [TURN1],
+        headers=(
+            ("content-type", "text/event-stream"),
+            ("x-proxai-request-id", "req_from_another_proxai"),
+        ),
+    )
+    async with MemoryProxy([script]) as proxy:
+        exchange = await proxy.request(TURN1_REQUEST)
+    ids = [v for n, v in exchange.headers if n == b"x-proxai-request-id"]
+    assert len(ids) == 1 and ids[0].decode() == exchange.outcome.request_id  # type: ignore[union-attr]
