@@ -1,6 +1,7 @@
 """Captures: the raw bytes of each request, for reproducing an upstream bug.
 
-When ``[capture] enabled``, each request gets a folder ``<dir>/<time>-<request id>/``:
+When ``[capture] enabled``, each request gets a folder ``<dir>/<UTC time>-<request id>/``
+(the time to the microsecond, so names sort in the order requests ended):
 
 - ``request.http``: the request as proxai received it (request line, headers,
   body), credentials redacted;
@@ -45,7 +46,7 @@ SECRET_HEADERS = frozenset(
     }
 )
 #: The folders proxai writes; pruning never touches anything else in ``dir``.
-FOLDER = re.compile(r"\d{8}T\d{6}-req_[0-9a-f]{24}")
+FOLDER = re.compile(r"\d{8}T\d{6}\.\d{6}-req_[0-9a-f]{24}")
 
 
 class _Capped:
@@ -115,7 +116,8 @@ class Captures:
             await trio.to_thread.run_sync(self._write, capture, outcome, abandon_on_cancel=True)
 
     def _write(self, capture: Capture, outcome: Outcome) -> None:
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        now = time.time()  # to the microsecond: names sort in the order requests ended
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}"
         folder = self._dir / f"{stamp}-{outcome.request_id}"
         folder.mkdir(parents=True, exist_ok=True)
         files = {

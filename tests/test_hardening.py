@@ -70,13 +70,13 @@ async def test_junk_and_huge_model_names_do_not_grow_the_metrics(
 
 def test_pruning_never_touches_folders_proxai_did_not_write(tmp_path: Path) -> None:
     (tmp_path / "my-notes").mkdir()
-    (tmp_path / "20250101T000000-not-a-request").mkdir()
+    (tmp_path / "20250101T000000.000000-not-a-request").mkdir()
     captures = Captures(CaptureConfig(enabled=True, dir=str(tmp_path), keep=1))
     for n in range(3):
         outcome = Outcome("POST", "/v1/responses", request_id=f"req_{n:024x}")
         captures._write(captures.start(), outcome)
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert "my-notes" in names and "20250101T000000-not-a-request" in names
+    assert "my-notes" in names and "20250101T000000.000000-not-a-request" in names
     assert len([n for n in names if "req_" in n]) == 1
 
 
