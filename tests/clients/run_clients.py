@@ -282,7 +282,9 @@ async def run_scenario(node: str, scenario: Scenario) -> tuple[list[str], Run | 
     failures: list[str] = []
     async with trio.open_nursery() as nursery:
         upstream_url = await nursery.start(upstream.serve)
-        async with open_proxai(upstream_url, timeouts=TIMEOUTS) as proxy:
+        # Retries off: each scenario checks how the SDK meets one upstream failure.
+        retries = {"max_attempts": 1}
+        async with open_proxai(upstream_url, timeouts=TIMEOUTS, retries=retries) as proxy:
             try:
                 run = await run_client(node, scenario.client, proxy.base_url)
             except trio.TooSlowError:
