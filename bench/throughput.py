@@ -1,6 +1,7 @@
 """Throughput: streams per proxy core-second, direct vs proxai vs nginx.
 
     .venv/bin/python -m bench.throughput [--reps 3] [--seconds 4] [--concurrency 1 16 64]
+        [--targets proxai]
 
 A fast upstream (nginx serving a pre-rendered 40-delta Responses stream from a file,
 so it is never the bottleneck; its CPU share is reported) serves POST /v1/responses.
@@ -158,9 +159,13 @@ def summarize(raw: list[Row], keys: Sequence[str] = ("target", "concurrency")) -
     return out
 
 
-def run(reps: int, seconds: int, concurrency: list[int]) -> dict[str, Any]:
+def run(
+    reps: int, seconds: int, concurrency: list[int], only: Sequence[str] = ()
+) -> dict[str, Any]:
     raw: list[Row] = []
     with fast_upstream() as (up, upstream_pids, script, _), targets(up) as all_targets:
+        if only:
+            all_targets = [t for t in all_targets if t.name in only]
         for target in all_targets:
             subprocess.run(  # warm up
                 [
@@ -196,13 +201,20 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=4)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument(
+        "--targets",
+        nargs="+",
+        choices=["direct", "nginx", "proxai"],
+        default=[],
+        help="measure only these targets (default: all three)",
+    )
     args = parser.parse_args()
     missing = need_tools("nginx", "wrk", "taskset")
     if missing:
         print(f"{missing} not found: run `make bench`, which installs it", file=sys.stderr)
         return 2
     pin_driver()
-    result = run(args.reps, args.seconds, args.concurrency)
+    result = run(args.reps, args.seconds, args.concurrency, args.targets)
     save("throughput", result)
     for row in result["summary"]:
         print({k: _round(v) for k, v in row.items()})
