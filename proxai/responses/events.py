@@ -31,6 +31,7 @@ __all__ = [
     "TERMINAL_TYPES",
     "ArgumentsDelta",
     "ArgumentsDone",
+    "DeltaFields",
     "ErrorEvent",
     "LifecycleEvent",
     "MalformedEvent",
@@ -41,6 +42,7 @@ __all__ = [
     "StreamEvent",
     "TextDelta",
     "TextDone",
+    "delta_fields",
     "parse_event",
 ]
 
@@ -212,6 +214,38 @@ def _opt_int(value: Any) -> int | None:
 
 def _opt_str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+_DELTA_TYPES = ARGUMENT_DELTAS | {"response.output_text.delta"}
+
+#: A delta's ``(type, sequence_number, output_index, item_id, content_index, delta)``.
+DeltaFields = tuple[str, int | None, int | None, str | None, int, str]
+
+
+def delta_fields(frame: SSEFrame) -> DeltaFields | None:
+    """The fields of a well-formed text or argument delta, read without building an
+    event (deltas are most of a stream); ``None`` for anything else, which
+    :func:`parse_event` then classifies. For a delta both give the same values."""
+    if frame.event not in _DELTA_TYPES or frame.data is None:
+        return None
+    try:
+        data = orjson.loads(frame.data)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    json_type = data.get("type")
+    delta = data.get("delta")
+    if json_type != frame.event or not isinstance(delta, str):
+        return None
+    return (
+        json_type,
+        _opt_int(data.get("sequence_number")),
+        _opt_int(data.get("output_index")),
+        _opt_str(data.get("item_id")),
+        _opt_int(data.get("content_index")) or 0,
+        delta,
+    )
 
 
 def parse_event(frame: SSEFrame) -> StreamEvent:

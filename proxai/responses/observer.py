@@ -38,6 +38,7 @@ from ..tracking import TrackedItem, TrackingObserver
 from .events import (
     ArgumentsDelta,
     ArgumentsDone,
+    DeltaFields,
     ErrorEvent,
     LifecycleEvent,
     MalformedEvent,
@@ -47,6 +48,7 @@ from .events import (
     OutputItemDone,
     TextDelta,
     TextDone,
+    delta_fields,
     parse_event,
 )
 from .request import RequestProjection
@@ -133,6 +135,10 @@ class ResponsesObserver(TrackingObserver):
         self._since_sequence = 0  # events after the last one that carried a sequence_number
 
     def _apply(self, frame: SSEFrame, now: float) -> None:
+        delta = delta_fields(frame)
+        if delta is not None:
+            self._apply_delta(delta, now)
+            return
         event = parse_event(frame)
         seq = getattr(event, "sequence_number", None)
         if seq is not None:
@@ -185,6 +191,24 @@ class ResponsesObserver(TrackingObserver):
                 self._finish(OutcomeKind.FAILED, event.text)
             case MalformedEvent():
                 self._note(f"{event.type or 'untyped'} event: {event.reason}")
+
+    def _apply_delta(self, fields: DeltaFields, now: float) -> None:
+        """What :meth:`_apply` does for an ArgumentsDelta or TextDelta, from its fields."""
+        event_type, seq, output_index, item_id, content_index, delta = fields
+        if seq is not None:
+            self._last_sequence = seq
+            self._since_sequence = 0
+        else:
+            self._since_sequence += 1
+        if event_type == "response.output_text.delta":
+            index = self._index_for(output_index, item_id)
+            if index is not None:
+                self._texts.setdefault((index, content_index), []).append(delta)
+            return
+        item = self._item_for(output_index, item_id, event_type)
+        if item is not None:
+            item.parts.append(delta)
+            item.last_progress = now
 
     def _index_for(self, output_index: int | None, item_id: str | None) -> Hashable | None:
         if output_index is not None:
