@@ -9,6 +9,7 @@ means (silence of the upstream), not the gap between two socket reads.
 
 from __future__ import annotations
 
+import http.cookiejar
 import ssl
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -101,6 +102,11 @@ class UpstreamClient:
             trust_env=False,
             transport=transport,
             verify=_verify(upstream),
+            # httpx keeps one cookie jar per client and would replay an upstream's
+            # Set-Cookie on every later request, whoever makes it: keep none.
+            cookies=http.cookiejar.CookieJar(
+                http.cookiejar.DefaultCookiePolicy(allowed_domains=[])
+            ),
         )
 
     async def aclose(self) -> None:

@@ -139,3 +139,24 @@ async def test_an_upstream_request_id_is_replaced_by_proxais(autojump_clock: Moc
         exchange = await proxy.request(TURN1_REQUEST)
     ids = [v for n, v in exchange.headers if n == b"x-proxai-request-id"]
     assert len(ids) == 1 and ids[0].decode() == exchange.outcome.request_id  # type: ignore[union-attr]
+
+
+async def test_an_upstream_cookie_is_never_replayed_on_other_requests(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    import httpx
+
+    cookie = Script.sse(
+        [TURN1],
+        headers=(
+            ("content-type", "text/event-stream"),
+            ("set-cookie", "__cf_bm=abc123; path=/; HttpOnly"),
+        ),
+    )
+    upstream = await start_upstream([cookie, Script.sse([TURN1])])
+    async with proxai_for(upstream) as px, httpx.AsyncClient() as first:
+        one = await first.post(px.base_url + "/responses", json=TURN1_REQUEST)
+        async with httpx.AsyncClient() as second:
+            await second.post(px.base_url + "/responses", json=TURN1_REQUEST)
+    assert one.headers["set-cookie"].startswith("__cf_bm=abc123")  # relayed to its client
+    assert upstream.requests[1].header("cookie") is None  # not kept by proxai
