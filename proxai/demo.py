@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from functools import partial
@@ -209,5 +210,8 @@ async def _main(args: argparse.Namespace) -> None:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    # The demo prints each outcome record itself (step 4); the request log's own line
+    # for the stalled replay would only interrupt the story.
+    logging.getLogger("proxai.request").addHandler(logging.NullHandler())
     trio.run(_main, args)
     return 0

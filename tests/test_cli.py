@@ -105,6 +105,7 @@ async def test_demo_tells_the_seed_story_offline() -> None:
     assert out.count(": completed, status 200") == 2
     assert ": stalled_tool_arguments, status 200" in out
     assert "never the client's" in out
+    assert "request_id=" not in result.stderr.decode() + out  # no stray log line in the story
 
 
 async def test_demo_help_documents_its_options() -> None:
