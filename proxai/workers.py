@@ -76,6 +76,10 @@ def run_workers(config: Config, log_level: str | None = None) -> int:
     """Serve with ``config.server.workers`` processes until SIGINT/SIGTERM; the exit code."""
     hc = hypercorn_config(config)
     sockets = hc.create_sockets()
+    for sock in sockets.secure_sockets + sockets.insecure_sockets:
+        # Listening from the start: connections made while the workers are still
+        # starting wait in the backlog instead of being refused.
+        sock.listen(hc.backlog)
     ctx = multiprocessing.get_context("spawn")
     processes: dict[BaseProcess, Connection] = {}  # each worker and our end of its pipe
     stopping = False

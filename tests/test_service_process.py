@@ -232,3 +232,18 @@ async def test_a_second_signal_to_the_workers_parent_ends_the_drain(
         assert await px.stop(signal.SIGTERM) == 0
     assert result["ended_at"] - hurried < 5.0  # not the 60 s drain_timeout
     assert b"event: response.failed" in result["body"]
+
+
+async def test_workers_accept_connections_made_while_they_start(
+    start_upstream: Any, tmp_path: Path
+) -> None:
+    upstream = await start_upstream([Script.sse([TURN1])])
+    config = tmp_path / "proxai.toml"
+    config.write_text(f'[server]\nport = 0\n[upstream]\nbase_url = "{upstream.base_url}"\n')
+    async with serve_process(config, "--workers", "2") as px:
+        # "listening" is logged as the workers start (each takes about a second to import
+        # proxai): a request made now must wait in the backlog, not be refused.
+        async with httpx.AsyncClient(timeout=30) as client:
+            response = await client.post(px.url + "/v1/responses", json=TURN1_REQUEST)
+        assert await px.stop() == 0
+    assert (response.status_code, response.content) == (200, TURN1)
