@@ -33,6 +33,9 @@ RETRYABLE_KINDS = frozenset(
 )
 
 
+_RNG = random.Random()  # one per process: seeding one per request costs a urandom call
+
+
 def retryable_status(status: int) -> bool:
     return status == 429 or 500 <= status <= 599
 
@@ -73,7 +76,7 @@ class RetryPlan:
         assert upstreams
         self._upstreams = tuple(upstreams)
         self._retries = retries
-        self._rng = rng or random.Random()
+        self._rng = rng or _RNG
         self.attempts: list[AttemptRecord] = []
 
     def first(self) -> str:

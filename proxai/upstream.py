@@ -9,6 +9,7 @@ means (silence of the upstream), not the gap between two socket reads.
 
 from __future__ import annotations
 
+import functools
 import ssl
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -22,6 +23,12 @@ from .headers import Headers, request_headers_for_upstream
 from .outcome import OutcomeKind
 
 __all__ = ["UpstreamBroken", "UpstreamClient", "UpstreamResponse"]
+
+
+#: Connection pools per upstream, and requests in flight each takes before the next
+#: one is used (see UpstreamClient.__init__).
+POOL_SHARDS = 8
+SHARD_REQUESTS = 4
 
 
 class UpstreamBroken(Exception):
@@ -94,22 +101,49 @@ class UpstreamClient:
         self.timeouts = timeouts  # [timeouts] with this upstream's overrides
         self._base = httpx.URL(upstream.url)
         self._own_headers = _own_headers(upstream)
+        self._url_cache = functools.lru_cache(maxsize=1024)(self._build_url)
         # Requests go straight to httpx's transport (its public low-level API): the
         # client layer's per-request work (redirects, auth, cookies, event hooks,
         # timeout merging) is work a proxy does not want, and about half of the
         # client's CPU per request.
-        self._transport = transport or httpx.AsyncHTTPTransport(
-            verify=_verify(upstream),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
-            trust_env=False,
+        #
+        # httpcore's pool checks every pooled connection (a poll() each) on every
+        # request and every close, so its cost grows with the number of connections.
+        # Requests go to the first of POOL_SHARDS pools with fewer than SHARD_REQUESTS
+        # in flight (the least busy when all are full): a light load keeps reusing the
+        # first pool's warm connections, a heavy one spreads so that each request
+        # scans only its own pool's few.
+        verify = _verify(upstream)
+        self._transports: list[httpx.AsyncBaseTransport] = (
+            [transport]
+            if transport is not None
+            else [
+                httpx.AsyncHTTPTransport(
+                    verify=verify,
+                    limits=httpx.Limits(
+                        max_connections=None,
+                        max_keepalive_connections=256 // POOL_SHARDS,
+                    ),
+                    trust_env=False,
+                )
+                for _ in range(POOL_SHARDS)
+            ]
         )
+        self._busy = [0] * len(self._transports)  # requests in flight per pool
         self._connect_timeout = timeouts.connect
         self._timeouts = {"connect": timeouts.connect, "read": None, "write": None, "pool": None}
 
     async def aclose(self) -> None:
-        await self._transport.aclose()
+        for transport in self._transports:
+            await transport.aclose()
 
     def url_for(self, raw_path: bytes, query: bytes) -> httpx.URL:
+        """The upstream URL of a path and query (see :meth:`_build_url`), cached: a
+        proxy sees the same few paths again and again, and httpx's URL parsing is a
+        noticeable part of a request's CPU."""
+        return self._url_cache(raw_path, query)
+
+    def _build_url(self, raw_path: bytes, query: bytes) -> httpx.URL:
         """``/v1/responses`` on proxai maps to ``{base_url}/responses`` upstream.
 
         The path goes out as the client encoded it (``%2F`` stays ``%2F``): decoding
@@ -134,6 +168,27 @@ class UpstreamClient:
 
         Raises :class:`ProxyError` (502) when no connection can be made.
         """
+        busy = self._busy
+        shard = next((i for i, n in enumerate(busy) if n < SHARD_REQUESTS), None)
+        if shard is None:
+            shard = busy.index(min(busy))
+        busy[shard] += 1
+        try:
+            async with self._exchange(shard, method, raw_path, query, client_headers, body) as r:
+                yield r
+        finally:
+            busy[shard] -= 1
+
+    @asynccontextmanager
+    async def _exchange(
+        self,
+        shard: int,
+        method: str,
+        raw_path: bytes,
+        query: bytes,
+        client_headers: Iterable[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> AsyncIterator[UpstreamResponse]:
         headers = request_headers_for_upstream(client_headers, self._own_headers)
         request = httpx.Request(
             method,
@@ -143,7 +198,7 @@ class UpstreamClient:
             extensions={"timeout": self._timeouts},
         )
         try:
-            response = await self._transport.handle_async_request(request)
+            response = await self._transports[shard].handle_async_request(request)
         except httpx.ConnectTimeout:
             raise ProxyError(
                 502,
