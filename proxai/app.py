@@ -33,7 +33,7 @@ from .live_view import INTERVAL as LIVE_INTERVAL
 from .live_view import PAGE, PREFIX, LiveViewAccess, snapshot_body
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .normalize import normalize_body
-from .observer import PassThroughObserver, StreamObserver
+from .observer import StreamObserver
 from .outcome import Outcome, OutcomeKind
 from .relay import (
     ASGIReceive,
@@ -42,6 +42,7 @@ from .relay import (
     ProxiedRequest,
     Relay,
     UpstreamTarget,
+    pass_through,
     send_error,
     shutdown_error,
 )
@@ -416,7 +417,7 @@ class ProxaiApp:
             model = data.get("model") if data is not None else None
             streaming = not body or (data is not None and data.get("stream") is True)
             return _Prepared(
-                data, model if isinstance(model, str) else None, _pass_through, streaming
+                data, model if isinstance(model, str) else None, pass_through, streaming
             )
         data = load_json_object(body)
         factory: ObserverFactory
@@ -588,10 +589,6 @@ class _Prepared:
     observer_factory: ObserverFactory
     streaming: bool  # whether first_byte applies
     responses: bool = False  # a Responses request (normalization has passes for it)
-
-
-def _pass_through(timeouts: TimeoutsConfig) -> StreamObserver:
-    return PassThroughObserver()
 
 
 def _resumed_responses_observer(timeouts: TimeoutsConfig) -> StreamObserver:

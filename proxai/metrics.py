@@ -153,12 +153,7 @@ class Metrics:
 
     def attempt(self, attempt: AttemptRecord, index: int) -> None:
         """An upstream attempt was decided (counted at once, not when the request ends)."""
-        result = (
-            str(attempt.status)
-            if attempt.status is not None
-            else (attempt.kind.value if attempt.kind else "unknown")
-        )
-        self.attempts.labels(attempt.upstream, result).inc()
+        self.attempts.labels(attempt.upstream, attempt.result or "unknown").inc()
         if index:
             self.retries.labels(attempt.upstream).inc()
 

@@ -60,6 +60,13 @@ class AttemptRecord:
     detail: str | None = None
     retry_after: float | None = None  # seconds, from the upstream's Retry-After
 
+    @property
+    def result(self) -> str | None:
+        """The status it got (``"503"``), or how it failed (``"upstream_reset"``)."""
+        if self.status is not None:
+            return str(self.status)
+        return self.kind.value if self.kind else None
+
 
 @attrs.define
 class Outcome:

@@ -54,6 +54,7 @@ __all__ = [
     "Relay",
     "UpstreamClock",
     "UpstreamTarget",
+    "pass_through",
     "send_error",
     "shutdown_error",
 ]
@@ -109,7 +110,8 @@ class UpstreamTarget:
     body: bytes
 
 
-def _pass_through(timeouts: TimeoutsConfig) -> StreamObserver:
+def pass_through(timeouts: TimeoutsConfig) -> StreamObserver:
+    """The observer factory for bodies proxai does not interpret."""
     return PassThroughObserver()
 
 
@@ -286,7 +288,7 @@ class Relay:
         send: ASGISend,
         receive: ASGIReceive,
         *,
-        observer_factory: ObserverFactory = _pass_through,
+        observer_factory: ObserverFactory = pass_through,
         outcome: Outcome | None = None,
         error_shape: ErrorShape = ErrorShape.OPENAI,
         max_event_bytes: int = 16 * 1024 * 1024,

@@ -76,8 +76,7 @@ def log_fields(outcome: Outcome) -> dict[str, Any]:
         "upstream": outcome.upstream,
         "attempts": len(outcome.attempts),
         "attempt_results": [
-            a.status if a.status is not None else (a.kind.value if a.kind else None)
-            for a in outcome.attempts
+            a.status if a.status is not None else a.result for a in outcome.attempts
         ],
         "model": outcome.model,
         "stream": outcome.streaming,
