@@ -435,19 +435,13 @@ class Relay:
             first_byte = math.inf
             if request.first_byte_applies:
                 first_byte = trio.current_time() + target.timeouts.first_byte
-            attempt_stack = await stack.enter_async_context(AsyncExitStack())
+            exchange = target.client.open(
+                request.method, request.raw_path, request.query, request.headers, target.body
+            )
             result: UpstreamResponse | ProxyError
             try:
                 with trio.fail_at(min(first_byte, self._total_deadline)):
-                    result = await attempt_stack.enter_async_context(
-                        target.client.open(
-                            request.method,
-                            request.raw_path,
-                            request.query,
-                            request.headers,
-                            target.body,
-                        )
-                    )
+                    result = await exchange.__aenter__()
             except trio.TooSlowError:
                 result = self._head_timeout(first_byte, target.timeouts)
             except ProxyError as exc:
@@ -460,10 +454,16 @@ class Relay:
             if self._on_attempt is not None:
                 self._on_attempt(attempt, len(self._plan.attempts) - 1)
             following = self._plan.next_attempt(attempt)
-            if following is None or trio.current_time() + following[1] >= self._total_deadline:
+            final = following is None or trio.current_time() + following[1] >= self._total_deadline
+            if not isinstance(result, ProxyError):
+                if final:  # closed when the reader ends
+                    stack.push_async_exit(exchange)
+                else:  # a retried response is closed, never relayed
+                    await exchange.__aexit__(None, None, None)
+            if final:
                 self._target = target
                 return result
-            await attempt_stack.aclose()  # a retried response is closed, never relayed
+            assert following is not None
             name, delay = following
 
     async def _read_body(
@@ -589,34 +589,45 @@ class Relay:
     ) -> tuple[Verdict, bool]:
         """Forward body bytes until the upstream ends or a deadline passes.
 
-        Returns the verdict and whether any byte went to the client.
+        Returns the verdict and whether any byte went to the client. One cancel
+        scope bounds every wait for the reader: its deadline is set while waiting
+        and lifted while forwarding, so a wait costs no scope of its own.
         """
         forwarded = False
-        while True:
-            message = await self._next_message(upstream, self._observer)
-            if message is None:  # a deadline passed first
-                self._reader_scope.cancel()
-                if trio.current_time() >= self._total_deadline:
-                    return self._observer.on_total_timeout(self._clock.now()), forwarded
-                return self._observer.on_deadline(self._clock.now()), forwarded
-            if isinstance(message, _Body):
-                self._observe_frames(message)
-                if message.data:
+        with trio.CancelScope() as waiting:
+            while True:
+                try:
+                    # A message already queued is taken without looking at the clock:
+                    # it arrived while proxai was busy downstream, so the upstream
+                    # was not silent.
+                    message = upstream.receive_nowait()
+                except trio.WouldBlock:
+                    waiting.deadline = self._wait_deadline()
+                    message = await upstream.receive()
+                    waiting.deadline = math.inf
+                if isinstance(message, _Body):
+                    self._observe_frames(message)
+                    if message.data:
+                        forwarded = True
+                        await self._to_writer(client, message.data)
+                    continue
+                assert isinstance(message, _End)
+                verdict = self._observer.on_end(
+                    fault=message.fault, detail=message.detail, now=message.at
+                )
+                # An unfinished last event is forwarded when proxai adds nothing after
+                # it (the client's parser drops it, as it would have without proxai);
+                # it is dropped when proxai appends an event, which must start at a
+                # boundary.
+                if message.tail and (not verdict.closing or not message.tail.strip(b"\r\n")):
                     forwarded = True
-                    await self._to_writer(client, message.data)
-                continue
-            assert isinstance(message, _End)
-            verdict = self._observer.on_end(
-                fault=message.fault, detail=message.detail, now=message.at
-            )
-            # An unfinished last event is forwarded when proxai adds nothing after
-            # it (the client's parser drops it, as it would have without proxai);
-            # it is dropped when proxai appends an event, which must start at a
-            # boundary.
-            if message.tail and (not verdict.closing or not message.tail.strip(b"\r\n")):
-                forwarded = True
-                await self._to_writer(client, message.tail)
-            return verdict, forwarded
+                    await self._to_writer(client, message.tail)
+                return verdict, forwarded
+        # A deadline passed while waiting for the reader.
+        self._reader_scope.cancel()
+        if trio.current_time() >= self._total_deadline:
+            return self._observer.on_total_timeout(self._clock.now()), forwarded
+        return self._observer.on_deadline(self._clock.now()), forwarded
 
     def _drain_queued(self, upstream: trio.MemoryReceiveChannel[_ToObserver]) -> bytes:
         """The bytes of reads already queued by the reader, observed, for the writer."""
@@ -668,29 +679,17 @@ class Relay:
             if self._writing_since == since:
                 raise _WriterBlocked(OutcomeKind.CLIENT_STALLED, data)
 
-    async def _next_message(
-        self,
-        upstream: trio.MemoryReceiveChannel[_ToObserver],
-        observer: StreamObserver,
-    ) -> _ToObserver | None:
-        """The reader's next message, or ``None`` if a deadline passes first.
+    def _wait_deadline(self) -> float:
+        """When waiting for the reader must end: ``total``, or the observer's deadline.
 
-        A message already queued is taken without looking at the clock: it
-        arrived while proxai was busy downstream, so the upstream was not
-        silent. Otherwise the reader is waiting on the upstream, the upstream
-        clock runs with trio's, and the observer's deadline converts directly.
+        The reader is waiting on the upstream, so the upstream clock runs with
+        trio's, and the observer's deadline converts directly.
         """
-        try:
-            return upstream.receive_nowait()
-        except trio.WouldBlock:
-            pass
         deadline = self._total_deadline
-        observer_deadline = observer.deadline()
+        observer_deadline = self._observer.deadline()
         if observer_deadline != math.inf:
             deadline = min(deadline, trio.current_time() + (observer_deadline - self._clock.now()))
-        with trio.move_on_at(deadline):
-            return await upstream.receive()
-        return None
+        return deadline
 
     def _count(self, frames: Sequence[SSEFrame]) -> None:
         events = sum(1 for f in frames if f.data is not None)
@@ -718,11 +717,7 @@ class Relay:
                 if not isinstance(message, ProxyError):
                     await self._send_head(head)
                     if message is not None:
-                        assert isinstance(message, bytes)
-                        await self._send_body(message)
-                        async for data in channel:
-                            assert isinstance(data, bytes)
-                            await self._send_body(data)
+                        await self._send_body_until_closed(message, channel)
                     if self._after_stall:
                         await self._send_body(self._after_stall)
                     self._delivered = True
@@ -741,6 +736,33 @@ class Relay:
                 if self._tap is not None:
                     self._tap.client.add(body)
         request_scope.cancel()
+
+    async def _send_body_until_closed(
+        self, first: _ToWriter, channel: trio.MemoryReceiveChannel[_ToWriter]
+    ) -> None:
+        """Send body bytes until the observer closes the channel. Bytes already queued
+        behind the ones in hand go out with them, in one send: under load that saves a
+        send per read, and nothing waits for it."""
+        message: _ToWriter | None = first
+        while message is not None:
+            assert isinstance(message, bytes)
+            batch = [message]
+            message = None
+            while True:
+                try:
+                    queued = channel.receive_nowait()
+                except trio.WouldBlock:
+                    break
+                except trio.EndOfChannel:
+                    await self._send_body(b"".join(batch))
+                    return
+                assert isinstance(queued, bytes)
+                batch.append(queued)
+            await self._send_body(batch[0] if len(batch) == 1 else b"".join(batch))
+            try:
+                message = await channel.receive()
+            except trio.EndOfChannel:
+                return
 
     def _closing_send(self) -> trio.CancelScope:
         """A scope for the response's last send. Hypercorn may close the connection

@@ -174,13 +174,15 @@ class UpstreamClient:
             shard = busy.index(min(busy))
         busy[shard] += 1
         try:
-            async with self._exchange(shard, method, raw_path, query, client_headers, body) as r:
-                yield r
+            response = await self._send(shard, method, raw_path, query, client_headers, body)
+            try:
+                yield UpstreamResponse(response.status_code, list(response.headers.raw), response)
+            finally:
+                await response.aclose()
         finally:
             busy[shard] -= 1
 
-    @asynccontextmanager
-    async def _exchange(
+    async def _send(
         self,
         shard: int,
         method: str,
@@ -188,7 +190,8 @@ class UpstreamClient:
         query: bytes,
         client_headers: Iterable[tuple[bytes, bytes]],
         body: bytes,
-    ) -> AsyncIterator[UpstreamResponse]:
+    ) -> httpx.Response:
+        """Send the request through pool ``shard``; the response once its headers are in."""
         headers = request_headers_for_upstream(client_headers, self._own_headers)
         request = httpx.Request(
             method,
@@ -235,7 +238,4 @@ class UpstreamClient:
                 code="upstream_reset" if reset else "upstream_closed",
                 kind=OutcomeKind.UPSTREAM_RESET if reset else OutcomeKind.UPSTREAM_EOF,
             ) from None
-        try:
-            yield UpstreamResponse(response.status_code, list(response.headers.raw), response)
-        finally:
-            await response.aclose()
+        return response

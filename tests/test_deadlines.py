@@ -393,7 +393,33 @@ async def test_a_slow_client_never_causes_a_stall(autojump_clock: MockClock) -> 
         exchange = await proxy.request(TURN1_REQUEST, read_delay=100.0)
     assert exchange.body == TURN1
     assert exchange.outcome is not None and exchange.outcome.kind is OutcomeKind.COMPLETED
-    assert exchange.elapsed >= 100.0 * 5
+    # Each write takes 100 s and the writer joins what queued meanwhile: the turn goes
+    # out in three writes, together far past the idle and tool_arguments deadlines.
+    assert exchange.elapsed >= 100.0 * 3
+
+
+async def test_reads_queued_behind_a_slow_write_go_out_together(
+    autojump_clock: MockClock,
+) -> None:
+    # The upstream sends the turn one event a second; the client takes 50 s over its
+    # first write. The reads that queued meanwhile go out in one write, whole events
+    # only, and every later read, with the client keeping up, in its own write at once.
+    steps: list[Any] = []
+    for event in TURN1_EVENTS:
+        steps += [Send(sse_event(event)), Sleep(1)]
+    script = Script(steps=steps)
+    async with MemoryProxy([script]) as proxy:
+        slow = await proxy.request(TURN1_REQUEST, read_delay=lambda n: 50.0 if n == 0 else 0.0)
+        fast = await proxy.request(TURN1_REQUEST)
+    assert slow.body == fast.body == script.body
+    assert all(chunk.endswith(b"\n\n") for _, chunk in slow.chunks)
+    assert len(slow.chunks[1][1]) > len(sse_event(TURN1_EVENTS[1]))  # several reads joined
+    assert len(slow.chunks) < len(TURN1_EVENTS)
+    # Nothing queued, nothing joined: each event in its own write, when it arrived.
+    assert [chunk for _, chunk in fast.chunks] == [sse_event(e) for e in TURN1_EVENTS]
+    assert [at - fast.started_at for at, _ in fast.chunks] == list(
+        map(float, range(len(TURN1_EVENTS)))
+    )
 
 
 @pytest.mark.parametrize("pause_at", [1, 3, 10])

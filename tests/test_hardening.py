@@ -190,13 +190,13 @@ async def test_concurrent_requests_spread_over_pools() -> None:
             async with client.open("GET", b"/v1/models", b"", [], b""):
                 pass
 
-    original = client._exchange
+    original = client._send
 
     def spy(*args: Any) -> Any:
         seen.append(list(client._busy))
         return original(*args)
 
-    client._exchange = spy  # type: ignore[method-assign]
+    client._send = spy  # type: ignore[method-assign]
     async with trio.open_nursery() as nursery:
         for _ in range(SHARD_REQUESTS * 2 + 1):
             nursery.start_soon(hold)
