@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import math
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from bench.common import (
@@ -81,11 +82,11 @@ def run(reps: int, requests: int, concurrency: list[int]) -> dict[str, Any]:
         for rep in range(reps):
             for c in concurrency:
                 for target in all_targets:
-                    raw.append(_one(target, c, requests, rep))
+                    raw.append(one(target, c, requests, rep))
     return {"raw": raw, "summary": summarize(raw, concurrency)}
 
 
-def _one(target: Target, c: int, requests: int, rep: int) -> Row:
+def one(target: Target, c: int, requests: int, rep: int) -> Row:
     # At c=1 fewer requests keep the run short; p99 then rests on about 1 % of them.
     n = requests if c > 1 else max(50, requests // 4)
     samples = asyncio.run(measure(target.port, c, n))
@@ -97,11 +98,13 @@ def _one(target: Target, c: int, requests: int, rep: int) -> Row:
     return row
 
 
-def summarize(raw: list[Row], concurrency: list[int]) -> list[Row]:
+def summarize(
+    raw: list[Row], concurrency: list[int], names: Sequence[str] = ("direct", "nginx", "proxai")
+) -> list[Row]:
     out: list[Row] = []
     reps = sorted({row["rep"] for row in raw})
     for c in concurrency:
-        for name in ("direct", "nginx", "proxai"):
+        for name in names:
             rows = [r for r in raw if r["target"] == name and r["concurrency"] == c]
             if not rows:
                 continue

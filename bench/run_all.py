@@ -2,8 +2,8 @@
 
     .venv/bin/python -m bench.run_all [--reps 3] [--quick] [--only throughput latency ...]
 
-Runs throughput, latency, memory, longstream, scaling and stall (see each module's
-docstring), each repeated ``--reps`` times with medians reported, writes raw results
+Runs throughput, latency, memory, longstream, scaling, stall and floor (see each
+module's docstring), each repeated ``--reps`` times with medians reported, writes raw results
 to bench/results/*.json (one file per bench plus all.json) and regenerates
 docs/bench.md and docs/bench.png from them. ``--only`` reruns some benches and keeps
 the others' last results. ``--quick`` is a smoke test (short runs, nothing rendered).
@@ -18,10 +18,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import latency, longstream, memory, scaling, stall, throughput
+from bench import floor, latency, longstream, memory, scaling, stall, throughput
 from bench.common import RESULTS, loadavg, log, machine, need_tools, pin_driver, save
 
-BENCHES = ["throughput", "latency", "memory", "longstream", "scaling", "stall"]
+BENCHES = ["throughput", "latency", "memory", "longstream", "scaling", "stall", "floor"]
 
 
 def plan(reps: int, quick: bool) -> dict[str, Callable[[], dict[str, Any]]]:
@@ -33,6 +33,7 @@ def plan(reps: int, quick: bool) -> dict[str, Callable[[], dict[str, Any]]]:
             "longstream": lambda: longstream.run(1, 20_000),
             "scaling": lambda: scaling.run(1, 1, [64]),
             "stall": lambda: stall.run(1, 5.0),
+            "floor": lambda: floor.run(1, 1, [1, 16], 100, 32),
         }
     return {
         "throughput": lambda: throughput.run(reps, 4, [1, 16, 64]),
@@ -42,6 +43,7 @@ def plan(reps: int, quick: bool) -> dict[str, Callable[[], dict[str, Any]]]:
         "scaling": lambda: scaling.run(reps, 4, [16, 64]),
         # every stream runs at once; the client outlasts nginx's 60 s proxy_read_timeout
         "stall": lambda: stall.run(reps, 75.0),
+        "floor": lambda: floor.run(reps, 4, [1, 16, 64], 1000, 400),
     }
 
 
