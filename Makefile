@@ -34,7 +34,7 @@ test-clients: $(STAMP)
 		else npm install --no-audit --no-fund; fi
 	$(BIN)/python tests/clients/run_clients.py
 
-## bench: issue 7's benchmarks vs a direct connection and nginx, then docs/bench.md and
+## bench: issue 7's benchmarks vs a direct connection, nginx and the stack's floor, then docs/bench.md and
 ## docs/bench.png (installs nginx and wrk from Debian, matplotlib from the bench extra)
 $(VENV)/.bench-installed: pyproject.toml $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'

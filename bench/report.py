@@ -263,10 +263,11 @@ def setup_section(res: dict[str, Any]) -> list[str]:
         "as a plain reverse proxy: one worker, `proxy_buffering off`, HTTP/1.1 keep-alive to "
         "the upstream, defaults otherwise, so `proxy_read_timeout` is 60 s), `proxai` "
         "(`proxai serve --config FILE`, one process).",
-        "- **Noise**: another engineer ran the test suite on the same two cores now and then. "
-        "Load average (1 min) at the start → end of each bench: " + "; ".join(loads) + ". "
-        "The bench itself keeps about one core busy, so a figure well above 1 means "
-        "something else was running; the medians absorb most of it, not all.",
+        "- **Noise**: the machine may be shared (nothing else was meant to run during this "
+        "one). Load average (1 min) at the start → end of each bench: " + "; ".join(loads) + ". "
+        "The throughput and scaling benches keep both cores busy themselves (the proxy "
+        "on one, wrk and the upstream on the other), the others mostly one; the medians "
+        "absorb short disturbances, not all.",
         "",
     ]
 
