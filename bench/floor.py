@@ -36,7 +36,6 @@ from bench.common import (
     Target,
     free_port,
     log,
-    median,
     need_tools,
     pin_driver,
     proxai,
@@ -49,6 +48,7 @@ from bench.common import (
     workdir,
 )
 from bench.memory import measure as held_memory
+from bench.memory import summarize as summarize_memory
 from bench.throughput import _round, fast_upstream, measure, summarize
 
 THROUGHPUT_APPS = {
@@ -164,19 +164,7 @@ def memory(reps: int, streams: int) -> dict[str, Any]:
                     row = {**held_memory(target, streams), "rep": rep}
                     log("floor", row)
                     raw.append(row)
-    summary = []
-    for name in [*MEMORY_APPS, "proxai"]:
-        rows = [r for r in raw if r["target"] == name]
-        summary.append(
-            {
-                "target": name,
-                "streams": streams,
-                "reps": len(rows),
-                "rss_before_kb": median([r["rss_before_kb"] for r in rows]),
-                "kb_per_stream": median([r["kb_per_stream"] for r in rows]),
-            }
-        )
-    return {"raw": raw, "summary": summary}
+    return {"raw": raw, "summary": summarize_memory(raw, [*MEMORY_APPS, "proxai"], streams)}
 
 
 def main() -> int:

@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from bench.common import (
@@ -95,8 +96,13 @@ def run(reps: int, streams: int) -> dict[str, Any]:
                     row = {**measure(target, streams), "rep": rep}
                     log("memory", row)
                     raw.append(row)
+    return {"raw": raw, "summary": summarize(raw, ("nginx", "proxai"), streams)}
+
+
+def summarize(raw: list[Row], names: Sequence[str], streams: int) -> list[Row]:
+    """Medians over repetitions, per target."""
     summary = []
-    for name in ("nginx", "proxai"):
+    for name in names:
         rows = [r for r in raw if r["target"] == name]
         summary.append(
             {
@@ -108,7 +114,7 @@ def run(reps: int, streams: int) -> dict[str, Any]:
                 "kb_per_stream": median([r["kb_per_stream"] for r in rows]),
             }
         )
-    return {"raw": raw, "summary": summary}
+    return summary
 
 
 def main() -> int:
