@@ -68,6 +68,9 @@ ObserverFactory = Callable[[TimeoutsConfig], StreamObserver]
 # Small on purpose: backpressure from a slow client must reach the upstream socket.
 READER_CHANNEL_SIZE = 4
 WRITER_CHANNEL_SIZE = 4
+#: The most bytes the writer joins into one send: httpcore's read size, so a joined
+#: send is never larger than a single upstream read can be.
+JOIN_MAX_BYTES = 64 * 1024
 
 
 @attrs.frozen
@@ -435,13 +438,19 @@ class Relay:
             first_byte = math.inf
             if request.first_byte_applies:
                 first_byte = trio.current_time() + target.timeouts.first_byte
-            exchange = target.client.open(
-                request.method, request.raw_path, request.query, request.headers, target.body
-            )
+            attempt_stack = await stack.enter_async_context(AsyncExitStack())
             result: UpstreamResponse | ProxyError
             try:
                 with trio.fail_at(min(first_byte, self._total_deadline)):
-                    result = await exchange.__aenter__()
+                    result = await attempt_stack.enter_async_context(
+                        target.client.open(
+                            request.method,
+                            request.raw_path,
+                            request.query,
+                            request.headers,
+                            target.body,
+                        )
+                    )
             except trio.TooSlowError:
                 result = self._head_timeout(first_byte, target.timeouts)
             except ProxyError as exc:
@@ -454,16 +463,10 @@ class Relay:
             if self._on_attempt is not None:
                 self._on_attempt(attempt, len(self._plan.attempts) - 1)
             following = self._plan.next_attempt(attempt)
-            final = following is None or trio.current_time() + following[1] >= self._total_deadline
-            if not isinstance(result, ProxyError):
-                if final:  # closed when the reader ends
-                    stack.push_async_exit(exchange)
-                else:  # a retried response is closed, never relayed
-                    await exchange.__aexit__(None, None, None)
-            if final:
+            if following is None or trio.current_time() + following[1] >= self._total_deadline:
                 self._target = target
                 return result
-            assert following is not None
+            await attempt_stack.aclose()  # a retried response is closed, never relayed
             name, delay = following
 
     async def _read_body(
@@ -589,45 +592,34 @@ class Relay:
     ) -> tuple[Verdict, bool]:
         """Forward body bytes until the upstream ends or a deadline passes.
 
-        Returns the verdict and whether any byte went to the client. One cancel
-        scope bounds every wait for the reader: its deadline is set while waiting
-        and lifted while forwarding, so a wait costs no scope of its own.
+        Returns the verdict and whether any byte went to the client.
         """
         forwarded = False
-        with trio.CancelScope() as waiting:
-            while True:
-                try:
-                    # A message already queued is taken without looking at the clock:
-                    # it arrived while proxai was busy downstream, so the upstream
-                    # was not silent.
-                    message = upstream.receive_nowait()
-                except trio.WouldBlock:
-                    waiting.deadline = self._wait_deadline()
-                    message = await upstream.receive()
-                    waiting.deadline = math.inf
-                if isinstance(message, _Body):
-                    self._observe_frames(message)
-                    if message.data:
-                        forwarded = True
-                        await self._to_writer(client, message.data)
-                    continue
-                assert isinstance(message, _End)
-                verdict = self._observer.on_end(
-                    fault=message.fault, detail=message.detail, now=message.at
-                )
-                # An unfinished last event is forwarded when proxai adds nothing after
-                # it (the client's parser drops it, as it would have without proxai);
-                # it is dropped when proxai appends an event, which must start at a
-                # boundary.
-                if message.tail and (not verdict.closing or not message.tail.strip(b"\r\n")):
+        while True:
+            message = await self._next_message(upstream, self._observer)
+            if message is None:  # a deadline passed first
+                self._reader_scope.cancel()
+                if trio.current_time() >= self._total_deadline:
+                    return self._observer.on_total_timeout(self._clock.now()), forwarded
+                return self._observer.on_deadline(self._clock.now()), forwarded
+            if isinstance(message, _Body):
+                self._observe_frames(message)
+                if message.data:
                     forwarded = True
-                    await self._to_writer(client, message.tail)
-                return verdict, forwarded
-        # A deadline passed while waiting for the reader.
-        self._reader_scope.cancel()
-        if trio.current_time() >= self._total_deadline:
-            return self._observer.on_total_timeout(self._clock.now()), forwarded
-        return self._observer.on_deadline(self._clock.now()), forwarded
+                    await self._to_writer(client, message.data)
+                continue
+            assert isinstance(message, _End)
+            verdict = self._observer.on_end(
+                fault=message.fault, detail=message.detail, now=message.at
+            )
+            # An unfinished last event is forwarded when proxai adds nothing after
+            # it (the client's parser drops it, as it would have without proxai);
+            # it is dropped when proxai appends an event, which must start at a
+            # boundary.
+            if message.tail and (not verdict.closing or not message.tail.strip(b"\r\n")):
+                forwarded = True
+                await self._to_writer(client, message.tail)
+            return verdict, forwarded
 
     def _drain_queued(self, upstream: trio.MemoryReceiveChannel[_ToObserver]) -> bytes:
         """The bytes of reads already queued by the reader, observed, for the writer."""
@@ -679,17 +671,29 @@ class Relay:
             if self._writing_since == since:
                 raise _WriterBlocked(OutcomeKind.CLIENT_STALLED, data)
 
-    def _wait_deadline(self) -> float:
-        """When waiting for the reader must end: ``total``, or the observer's deadline.
+    async def _next_message(
+        self,
+        upstream: trio.MemoryReceiveChannel[_ToObserver],
+        observer: StreamObserver,
+    ) -> _ToObserver | None:
+        """The reader's next message, or ``None`` if a deadline passes first.
 
-        The reader is waiting on the upstream, so the upstream clock runs with
-        trio's, and the observer's deadline converts directly.
+        A message already queued is taken without looking at the clock: it
+        arrived while proxai was busy downstream, so the upstream was not
+        silent. Otherwise the reader is waiting on the upstream, the upstream
+        clock runs with trio's, and the observer's deadline converts directly.
         """
+        try:
+            return upstream.receive_nowait()
+        except trio.WouldBlock:
+            pass
         deadline = self._total_deadline
-        observer_deadline = self._observer.deadline()
+        observer_deadline = observer.deadline()
         if observer_deadline != math.inf:
             deadline = min(deadline, trio.current_time() + (observer_deadline - self._clock.now()))
-        return deadline
+        with trio.move_on_at(deadline):
+            return await upstream.receive()
+        return None
 
     def _count(self, frames: Sequence[SSEFrame]) -> None:
         events = sum(1 for f in frames if f.data is not None)
@@ -740,29 +744,41 @@ class Relay:
     async def _send_body_until_closed(
         self, first: _ToWriter, channel: trio.MemoryReceiveChannel[_ToWriter]
     ) -> None:
-        """Send body bytes until the observer closes the channel. Bytes already queued
-        behind the ones in hand go out with them, in one send: under load that saves a
-        send per read, and nothing waits for it."""
+        """Send body bytes until the observer closes the channel.
+
+        Bytes already queued behind the ones in hand go out with them in one send (up
+        to :data:`JOIN_MAX_BYTES`): under load that saves a send per read, and nothing
+        waits to be joined. The cap keeps one send no larger than one upstream read
+        can be, so ``client_write``, which bounds one send, means what it did."""
         message: _ToWriter | None = first
         while message is not None:
             assert isinstance(message, bytes)
             batch = [message]
+            size = len(message)
             message = None
-            while True:
+            ended = False
+            while size < JOIN_MAX_BYTES:
                 try:
                     queued = channel.receive_nowait()
                 except trio.WouldBlock:
                     break
                 except trio.EndOfChannel:
-                    await self._send_body(b"".join(batch))
-                    return
+                    ended = True
+                    break
                 assert isinstance(queued, bytes)
+                if size + len(queued) > JOIN_MAX_BYTES:
+                    message = queued  # the next send's
+                    break
                 batch.append(queued)
+                size += len(queued)
             await self._send_body(batch[0] if len(batch) == 1 else b"".join(batch))
-            try:
-                message = await channel.receive()
-            except trio.EndOfChannel:
+            if ended:
                 return
+            if message is None:
+                try:
+                    message = await channel.receive()
+                except trio.EndOfChannel:
+                    return
 
     def _closing_send(self) -> trio.CancelScope:
         """A scope for the response's last send. Hypercorn may close the connection

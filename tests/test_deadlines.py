@@ -422,6 +422,95 @@ async def test_reads_queued_behind_a_slow_write_go_out_together(
     )
 
 
+class _LateTurn(trio.abc.Instrument):
+    """Once, when the observer task is woken at or after ``after``, let ``latency``
+    seconds pass before it runs: the run loop busy with other streams."""
+
+    def __init__(self, clock: MockClock, after: float, latency: float) -> None:
+        self.clock, self.after, self.latency = clock, after, latency
+        self.fired = False
+
+    def task_scheduled(self, task: trio.lowlevel.Task) -> None:
+        if (
+            not self.fired
+            and task.name.endswith("Relay._observe")
+            and self.clock.current_time() >= self.after
+        ):
+            self.fired = True
+            self.clock.jump(self.latency)
+
+
+async def test_an_event_that_arrives_just_before_idle_is_not_a_stall(
+    autojump_clock: MockClock,
+) -> None:
+    # The next event comes 29.99 s after the last (idle is 30 s) and the observer gets
+    # to run 20 ms later, past the deadline: the event was in time, the stream goes on.
+    steps: list[Any] = [Send(sse_event(TURN1_EVENTS[0])), Send(sse_event(TURN1_EVENTS[1]))]
+    steps += [Sleep(29.99), *(Send(sse_event(e)) for e in TURN1_EVENTS[2:])]
+    script = Script(steps=steps)
+    async with MemoryProxy([script]) as proxy:
+        late = _LateTurn(autojump_clock, after=trio.current_time() + 29.98, latency=0.02)
+        trio.lowlevel.add_instrument(late)
+        try:
+            exchange = await proxy.request(TURN1_REQUEST)
+        finally:
+            trio.lowlevel.remove_instrument(late)
+    assert late.fired
+    assert exchange.outcome is not None
+    assert exchange.outcome.kind is OutcomeKind.COMPLETED, exchange.outcome.detail
+    assert exchange.body == script.body
+
+
+async def test_an_event_just_in_time_behind_a_slow_client_is_not_dropped(
+    autojump_clock: MockClock,
+) -> None:
+    # The client takes 100 s over its first write, so the writer's channel fills; the
+    # next event comes 29.99 s after the last read and the observer runs 20 ms later,
+    # then waits for room in the full channel.
+    ping = b": ping\n\n"
+    steps: list[Any] = [Send(sse_event(TURN1_EVENTS[0])), Sleep(1)]
+    steps += [Send(sse_event(TURN1_EVENTS[1])), Send(ping), Send(ping)]
+    steps += [Send(sse_event(TURN1_EVENTS[2])), Sleep(29.99)]
+    steps += [Send(sse_event(e)) for e in TURN1_EVENTS[3:]]
+    script = Script(steps=steps)
+    async with MemoryProxy([script]) as proxy:
+        late = _LateTurn(autojump_clock, after=trio.current_time() + 30.98, latency=0.02)
+        trio.lowlevel.add_instrument(late)
+        try:
+            exchange = await proxy.request(
+                TURN1_REQUEST, read_delay=lambda n: 100.0 if n == 0 else 0.0
+            )
+        finally:
+            trio.lowlevel.remove_instrument(late)
+    assert late.fired
+    assert exchange.outcome is not None
+    assert exchange.outcome.kind is OutcomeKind.COMPLETED, exchange.outcome.detail
+    assert exchange.body == script.body
+
+
+async def test_joined_writes_are_never_larger_than_one_upstream_read(
+    autojump_clock: MockClock,
+) -> None:
+    # Reads of 30,000 bytes queue behind a slow first write: they are joined two at a
+    # time (60,000 bytes), never past 64 KiB, the most one upstream read can hold, so
+    # client_write (which bounds one write) means what it did without joining.
+    part = b"x" * 29_999 + b"\n"
+    script = Script(
+        headers=(("content-type", "application/octet-stream"),),
+        steps=[Send(part) for _ in range(12)],
+    )
+    async with MemoryProxy([script]) as proxy:
+        exchange = await proxy.request(
+            b"", method="GET", path="/v1/blob", read_delay=lambda n: 50.0 if n == 0 else 0.0
+        )
+    assert exchange.outcome is not None
+    assert exchange.outcome.kind is OutcomeKind.COMPLETED, exchange.outcome.detail
+    assert exchange.body == script.body
+    sizes = [len(chunk) for _, chunk in exchange.chunks]
+    assert max(sizes) <= 64 * 1024
+    assert 60_000 in sizes  # reads were joined
+
+
 @pytest.mark.parametrize("pause_at", [1, 3, 10])
 async def test_backpressure_pauses_the_upstream_clock(
     autojump_clock: MockClock, pause_at: int

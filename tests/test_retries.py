@@ -250,3 +250,61 @@ async def test_a_retry_sleep_is_cut_short_by_the_client_leaving(autojump_clock: 
     assert len(proxy.transport.requests) == 1
     assert exchange.outcome is not None
     assert exchange.outcome.kind is OutcomeKind.CLIENT_DISCONNECTED
+
+
+def _busy_slots(proxy: MemoryProxy) -> list[int]:
+    return [n for client in proxy.app._clients.values() for n in client._busy]
+
+
+@pytest.mark.parametrize(
+    "when", ["backoff", "second_head", "streaming", "stop_second_head", "stop_backoff"]
+)
+async def test_every_exchange_is_closed_and_its_pool_slot_returned(
+    autojump_clock: MockClock, when: str
+) -> None:
+    # The first answer is a 503 retried after Retry-After (5 s); the client leaves, or
+    # proxai stops, during the backoff, while the retry waits for its head, or mid-stream.
+    if when in ("second_head", "stop_second_head"):
+        second = Script(before_head=[Stall()])
+    elif when == "streaming":
+        second = Script.sse(TURN1_EVENTS[:3], then=[Stall()])
+    else:
+        second = Script.sse([turn_bytes(TURN1_EVENTS)])
+    respond = by_host(default=[error_json(503, **{"retry-after": "5"}), second])
+    routes = [{"model": "*", "upstreams": ["default"]}]
+    at = 2.0 if "backoff" in when else 7.0
+    async with MemoryProxy(respond, routes=routes, retries=ON, first_byte=100.0) as proxy:
+        async with trio.open_nursery() as nursery:
+
+            async def stop_later() -> None:
+                await trio.sleep(at)
+                for relay in list(proxy.app._relays):
+                    relay.stop()
+
+            if when.startswith("stop"):
+                nursery.start_soon(stop_later)
+            await proxy.request(
+                TURN1_REQUEST, disconnect_after=None if when.startswith("stop") else at
+            )
+        await trio.sleep(1)
+        assert proxy.transport.requests
+        assert all(r.closed_at is not None for r in proxy.transport.requests)
+        assert _busy_slots(proxy) == [0] * len(_busy_slots(proxy))
+
+
+async def test_an_error_while_deciding_on_an_answer_still_closes_it(
+    autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A bug between the answer's headers and the decision to relay it must not leave
+    # the upstream response open or its pool slot taken.
+    def broken(self: RetryPlan, attempt: AttemptRecord) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(RetryPlan, "next_attempt", broken)
+    async with MemoryProxy([Script.sse([turn_bytes(TURN1_EVENTS)])]) as proxy:
+        with pytest.raises(BaseException) as raised:  # wrapped in the nurseries' groups
+            await proxy.request(TURN1_REQUEST)
+        assert "RuntimeError('boom')" in repr(raised.value)
+        await trio.sleep(1)
+        assert proxy.transport.requests[0].closed_at is not None
+        assert _busy_slots(proxy) == [0] * len(_busy_slots(proxy))
