@@ -440,6 +440,24 @@ class _LateTurn(trio.abc.Instrument):
             self.clock.jump(self.latency)
 
 
+async def _completes_with_a_late_observer(
+    clock: MockClock, script: Script, late_after: float, **request: Any
+) -> None:
+    """Play ``script``; the observer's first turn from ``late_after`` s on comes 20 ms
+    late, past the idle deadline. The stream must still complete, byte for byte."""
+    async with MemoryProxy([script]) as proxy:
+        late = _LateTurn(clock, after=trio.current_time() + late_after, latency=0.02)
+        trio.lowlevel.add_instrument(late)
+        try:
+            exchange = await proxy.request(TURN1_REQUEST, **request)
+        finally:
+            trio.lowlevel.remove_instrument(late)
+    assert late.fired
+    assert exchange.outcome is not None
+    assert exchange.outcome.kind is OutcomeKind.COMPLETED, exchange.outcome.detail
+    assert exchange.body == script.body
+
+
 async def test_an_event_that_arrives_just_before_idle_is_not_a_stall(
     autojump_clock: MockClock,
 ) -> None:
@@ -447,18 +465,7 @@ async def test_an_event_that_arrives_just_before_idle_is_not_a_stall(
     # to run 20 ms later, past the deadline: the event was in time, the stream goes on.
     steps: list[Any] = [Send(sse_event(TURN1_EVENTS[0])), Send(sse_event(TURN1_EVENTS[1]))]
     steps += [Sleep(29.99), *(Send(sse_event(e)) for e in TURN1_EVENTS[2:])]
-    script = Script(steps=steps)
-    async with MemoryProxy([script]) as proxy:
-        late = _LateTurn(autojump_clock, after=trio.current_time() + 29.98, latency=0.02)
-        trio.lowlevel.add_instrument(late)
-        try:
-            exchange = await proxy.request(TURN1_REQUEST)
-        finally:
-            trio.lowlevel.remove_instrument(late)
-    assert late.fired
-    assert exchange.outcome is not None
-    assert exchange.outcome.kind is OutcomeKind.COMPLETED, exchange.outcome.detail
-    assert exchange.body == script.body
+    await _completes_with_a_late_observer(autojump_clock, Script(steps=steps), 29.98)
 
 
 async def test_an_event_just_in_time_behind_a_slow_client_is_not_dropped(
@@ -472,20 +479,12 @@ async def test_an_event_just_in_time_behind_a_slow_client_is_not_dropped(
     steps += [Send(sse_event(TURN1_EVENTS[1])), Send(ping), Send(ping)]
     steps += [Send(sse_event(TURN1_EVENTS[2])), Sleep(29.99)]
     steps += [Send(sse_event(e)) for e in TURN1_EVENTS[3:]]
-    script = Script(steps=steps)
-    async with MemoryProxy([script]) as proxy:
-        late = _LateTurn(autojump_clock, after=trio.current_time() + 30.98, latency=0.02)
-        trio.lowlevel.add_instrument(late)
-        try:
-            exchange = await proxy.request(
-                TURN1_REQUEST, read_delay=lambda n: 100.0 if n == 0 else 0.0
-            )
-        finally:
-            trio.lowlevel.remove_instrument(late)
-    assert late.fired
-    assert exchange.outcome is not None
-    assert exchange.outcome.kind is OutcomeKind.COMPLETED, exchange.outcome.detail
-    assert exchange.body == script.body
+    await _completes_with_a_late_observer(
+        autojump_clock,
+        Script(steps=steps),
+        30.98,
+        read_delay=lambda n: 100.0 if n == 0 else 0.0,
+    )
 
 
 async def test_joined_writes_are_never_larger_than_one_upstream_read(
