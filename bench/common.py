@@ -44,12 +44,13 @@ def pin_driver() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def need_tools(*tools: str) -> str | None:
-    """The first missing tool, or None."""
+def have_tools(*tools: str) -> bool:
+    """Whether every tool is on PATH; if one is not, say how to get it."""
     for tool in tools:
         if shutil.which(tool) is None:
-            return tool
-    return None
+            print(f"{tool} not found: run `make bench`, which installs it", file=sys.stderr)
+            return False
+    return True
 
 
 def median(values: Sequence[float]) -> float:

@@ -35,8 +35,8 @@ from bench.common import (
     Row,
     Target,
     free_port,
+    have_tools,
     log,
-    need_tools,
     pin_driver,
     proxai,
     python_upstream,
@@ -177,9 +177,7 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=400)
     args = parser.parse_args()
-    missing = need_tools("nginx", "wrk", "taskset")
-    if missing:
-        print(f"{missing} not found: run `make bench`, which installs it", file=sys.stderr)
+    if not have_tools("nginx", "wrk", "taskset"):
         return 2
     pin_driver()
     result = run(args.reps, args.seconds, args.concurrency, args.streams, args.requests)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench import floor, latency, longstream, memory, scaling, stall, throughput
-from bench.common import RESULTS, loadavg, log, machine, need_tools, pin_driver, save
+from bench.common import RESULTS, have_tools, loadavg, log, machine, pin_driver, save
 
 BENCHES = ["throughput", "latency", "memory", "longstream", "scaling", "stall", "floor"]
 
@@ -55,9 +55,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", nargs="+", choices=BENCHES, default=BENCHES)
     args = parser.parse_args()
-    missing = need_tools("nginx", "wrk", "taskset")
-    if missing:
-        print(f"{missing} not found: run `make bench`, which installs it", file=sys.stderr)
+    if not have_tools("nginx", "wrk", "taskset"):
         return 2
     pin_driver()
     path = RESULTS / "all.json"

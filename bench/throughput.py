@@ -31,9 +31,9 @@ from bench.common import (
     Target,
     cpu_seconds,
     free_port,
+    have_tools,
     log,
     median,
-    need_tools,
     nginx_static,
     pin_driver,
     save,
@@ -209,9 +209,7 @@ def main() -> int:
         help="measure only these targets (default: all three)",
     )
     args = parser.parse_args()
-    missing = need_tools("nginx", "wrk", "taskset")
-    if missing:
-        print(f"{missing} not found: run `make bench`, which installs it", file=sys.stderr)
+    if not have_tools("nginx", "wrk", "taskset"):
         return 2
     pin_driver()
     result = run(args.reps, args.seconds, args.concurrency, args.targets)
