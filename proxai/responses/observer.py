@@ -140,22 +140,18 @@ class ResponsesObserver(TrackingObserver):
             self._apply_delta(delta, now)
             return
         event = parse_event(frame)
-        seq = getattr(event, "sequence_number", None)
-        if seq is not None:
-            self._last_sequence = seq
-            self._since_sequence = 0
-        else:
-            self._since_sequence += 1
         match event:
+            # Deltas that delta_fields leaves to parse_event (no event: line, say).
             case ArgumentsDelta():
-                item = self._item_for(event.output_index, event.item_id, event.type)
-                if item is not None:
-                    item.parts.append(event.delta)
-                    item.last_progress = now
+                fields = (event.type, event.sequence_number, event.output_index, event.item_id)
+                self._apply_delta((*fields, 0, event.delta), now)
+                return
             case TextDelta():
-                index = self._index_for(event.output_index, event.item_id)
-                if index is not None:
-                    self._texts.setdefault((index, event.content_index), []).append(event.delta)
+                fields = (event.type, event.sequence_number, event.output_index, event.item_id)
+                self._apply_delta((*fields, event.content_index, event.delta), now)
+                return
+        self._note_sequence(getattr(event, "sequence_number", None))
+        match event:
             case OtherEvent():
                 pass
             case OutputItemAdded():
@@ -193,13 +189,10 @@ class ResponsesObserver(TrackingObserver):
                 self._note(f"{event.type or 'untyped'} event: {event.reason}")
 
     def _apply_delta(self, fields: DeltaFields, now: float) -> None:
-        """What :meth:`_apply` does for an ArgumentsDelta or TextDelta, from its fields."""
+        """An argument or text delta, from its fields (read by :func:`delta_fields`, or
+        taken from the event :func:`parse_event` built)."""
         event_type, seq, output_index, item_id, content_index, delta = fields
-        if seq is not None:
-            self._last_sequence = seq
-            self._since_sequence = 0
-        else:
-            self._since_sequence += 1
+        self._note_sequence(seq)
         if event_type == "response.output_text.delta":
             index = self._index_for(output_index, item_id)
             if index is not None:
@@ -209,6 +202,13 @@ class ResponsesObserver(TrackingObserver):
         if item is not None:
             item.parts.append(delta)
             item.last_progress = now
+
+    def _note_sequence(self, seq: int | None) -> None:
+        if seq is not None:
+            self._last_sequence = seq
+            self._since_sequence = 0
+        else:
+            self._since_sequence += 1
 
     def _index_for(self, output_index: int | None, item_id: str | None) -> Hashable | None:
         if output_index is not None:
