@@ -202,11 +202,10 @@ class ProxaiApp:
             return
         request_id = "req_" + secrets.token_hex(12)
         # The client's own x-proxai-request-id is replaced: ids are proxai's.
+        id_header = [(REQUEST_ID_HEADER, request_id.encode())]
         headers: list[tuple[bytes, bytes]] = [
             (n, v) for n, v in scope["headers"] if n != REQUEST_ID_HEADER
-        ]
-        headers.append((REQUEST_ID_HEADER, request_id.encode()))
-        id_header = [(REQUEST_ID_HEADER, request_id.encode())]
+        ] + id_header
         raw_path: bytes = scope.get("raw_path") or path.encode()
         # Routes are matched on the path an upstream would see after normalizing it
         # ("/v1//responses/" is /v1/responses), so no spelling skips the observers.
@@ -239,6 +238,7 @@ class ProxaiApp:
                 shape,
                 outcome,
                 capture,
+                id_header,
             )
         except ProxyError as exc:
             body = await send_error(send, exc, shape, id_header)
@@ -308,6 +308,7 @@ class ProxaiApp:
         shape: ErrorShape,
         outcome: Outcome,
         capture: Capture | None,
+        id_header: list[tuple[bytes, bytes]],
     ) -> None:
         """Read and route one admitted request, then relay it; raises ProxyError."""
         method = outcome.method
@@ -345,9 +346,7 @@ class ProxaiApp:
             error_shape=shape,
             max_event_bytes=self.config.server.max_event_bytes,
             can_abort=scope.get("http_version") != "2",
-            response_headers=[(REQUEST_ID_HEADER, outcome.request_id.encode())]
-            if outcome.request_id
-            else (),
+            response_headers=id_header,
             tap=capture,
             on_attempt=self._metrics.attempt if self._metrics is not None else None,
         )
@@ -362,17 +361,9 @@ class ProxaiApp:
         body = b'{"status":"ok"}' if ok else b'{"status":"draining"}'
         if not self._clients and path == "/readyz":
             body = b'{"status":"starting"}'
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200 if ok else 503,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
+        await _send_plain(
+            send, 200 if ok else 503, b"application/json", body, with_body=method == "GET"
         )
-        await send({"type": "http.response.body", "body": body if method == "GET" else b""})
 
     def _protocol_for(self, path: str, headers: list[tuple[bytes, bytes]]) -> Protocol:
         """Anthropic for /v1/messages, and for any /v1 request an Anthropic SDK makes
@@ -411,7 +402,7 @@ class ProxaiApp:
         """
         if method == "GET" and path.startswith("/v1/responses/"):
             # GET /v1/responses/{id}?stream=true resumes a background response's stream.
-            return _Prepared(None, None, _resumed_responses_observer, True)
+            return _Prepared(None, None, partial(_responses_observer, None), True)
         if method != "POST" or path not in JSON_ROUTES:
             data = _json_object_or_none(body)
             model = data.get("model") if data is not None else None
@@ -563,10 +554,13 @@ class ProxaiApp:
         )
 
 
-async def _send_plain(send: ASGISend, status: int, content_type: bytes, body: bytes) -> None:
+async def _send_plain(
+    send: ASGISend, status: int, content_type: bytes, body: bytes, *, with_body: bool = True
+) -> None:
+    """A whole response; ``with_body=False`` answers a HEAD (the length, no body)."""
     headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.body", "body": body if with_body else b""})
 
 
 def _json_object_or_none(body: bytes) -> dict[str, Any] | None:
@@ -591,11 +585,9 @@ class _Prepared:
     responses: bool = False  # a Responses request (normalization has passes for it)
 
 
-def _resumed_responses_observer(timeouts: TimeoutsConfig) -> StreamObserver:
-    return ResponsesObserver(timeouts, None)
-
-
-def _responses_observer(projection: RequestProjection, timeouts: TimeoutsConfig) -> StreamObserver:
+def _responses_observer(
+    projection: RequestProjection | None, timeouts: TimeoutsConfig
+) -> StreamObserver:
     return ResponsesObserver(timeouts, projection)
 
 

@@ -42,8 +42,6 @@ class LiveViewAccess:
             address = ipaddress.ip_address(client)
         except ValueError:
             return False
-        if address.is_loopback:
-            return True
         if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
             address = address.ipv4_mapped
         return address.is_loopback or any(address in n for n in self._networks)

@@ -427,13 +427,13 @@ class Relay:
         """
         request = self._request
         name, delay = self._plan.first(), 0.0
+        self.outcome.attempts = self._plan.attempts
         while True:
             if delay:
                 await trio.sleep(delay)
             target = self._targets[name]
             attempt = AttemptRecord(name, self._elapsed())
             self._plan.attempts.append(attempt)
-            self.outcome.attempts = self._plan.attempts
             self.outcome.upstream = name
             first_byte = math.inf
             if request.first_byte_applies:
@@ -771,7 +771,7 @@ class Relay:
                     break
                 batch.append(queued)
                 size += len(queued)
-            await self._send_body(batch[0] if len(batch) == 1 else b"".join(batch))
+            await self._send_body(b"".join(batch))  # one part: joined as itself, no copy
             if ended:
                 return
             if message is None:

@@ -134,7 +134,6 @@ class RequestLog:
     """Logs each outcome at info, or at warning when it is slow or went wrong."""
 
     def __init__(self, config: LoggingConfig) -> None:
-        self._format = config.format
         self._warn_s = config.warn_ms / 1000
 
     def __call__(self, outcome: Outcome) -> None:

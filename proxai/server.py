@@ -24,7 +24,7 @@ from hypercorn.utils import wrap_app
 from .app import STOP_GRACE, OutcomeHook, ProxaiApp
 from .config import Config
 
-__all__ = ["hypercorn_config", "serve", "wait_for_signal"]
+__all__ = ["hypercorn_config", "serve"]
 
 log = logging.getLogger("proxai")
 
@@ -53,13 +53,6 @@ def hypercorn_config(config: Config) -> HypercornConfig:
             hc.ca_certs = server.ca_certs
             hc.verify_mode = ssl.CERT_REQUIRED  # clients must present a certificate
     return hc
-
-
-async def wait_for_signal() -> None:
-    """Return on SIGINT or SIGTERM."""
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for _ in signals:
-            return
 
 
 async def serve(

@@ -130,7 +130,6 @@ class UpstreamClient:
             ]
         )
         self._busy = [0] * len(self._transports)  # requests in flight per pool
-        self._connect_timeout = timeouts.connect
         self._timeouts = {"connect": timeouts.connect, "read": None, "write": None, "pool": None}
 
     async def aclose(self) -> None:
@@ -205,7 +204,7 @@ class UpstreamClient:
         except httpx.ConnectTimeout:
             raise ProxyError(
                 502,
-                f"could not connect to the upstream within {self._connect_timeout} s",
+                f"could not connect to the upstream within {self.timeouts.connect} s",
                 "server_error",
                 code="upstream_connect_timeout",
                 kind=OutcomeKind.UPSTREAM_UNREACHABLE,

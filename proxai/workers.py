@@ -47,9 +47,6 @@ def _worker_main(
     from .cli import ignore_late_signals
 
     configure_logging(config.logging, log_level)
-    hc = hypercorn_config(config)
-    for sock in sockets.secure_sockets + sockets.insecure_sockets:
-        sock.listen(hc.backlog)
 
     async def parent_gone() -> None:
         """The parent closed its end of our pipe (to stop us, or because it died)."""
