@@ -21,7 +21,7 @@ import trio
 from bench.common import PROXY_CORE, median
 from bench.throughput import fast_upstream
 from proxai.config import TimeoutsConfig, UpstreamConfig
-from proxai.upstream import UpstreamClient
+from proxai.upstream.client import UpstreamClient
 
 BODY = b'{"model":"m","stream":true,"input":"hi"}'
 HEADERS = [(b"content-type", b"application/json"), (b"host", b"127.0.0.1")]

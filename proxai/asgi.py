@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 
-from .app import ProxaiApp
 from .config import load_config
+from .service.app import ProxaiApp
 
 __all__ = ["create_app"]
 

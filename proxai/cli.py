@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 from collections.abc import Sequence
 from functools import partial
@@ -12,7 +11,7 @@ from functools import partial
 import trio
 
 from .config import ConfigError, load_config, route_warnings
-from .request_log import configure as configure_logging
+from .ops.request_log import configure as configure_logging
 
 __all__ = ["main"]
 
@@ -57,15 +56,9 @@ def _demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     add_demo_arguments(p)
 
 
-def ignore_late_signals() -> None:
-    """Once the server has stopped, a signal must not turn a clean exit into a kill."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_IGN)
-
-
 def _serve(args: argparse.Namespace) -> int:
-    from .auth import ClientKeys
-    from .server import serve
+    from .policy.auth import ClientKeys
+    from .service.server import ignore_late_signals, serve
 
     try:
         config = load_config(
@@ -87,7 +80,7 @@ def _serve(args: argparse.Namespace) -> int:
         f"{name}={u.url} ({u.protocol.value})" for name, u in config.all_upstreams()
     )
     if config.server.workers > 1:
-        from .workers import run_workers
+        from .service.workers import run_workers
 
         log.info("upstreams: %s", upstreams)
         return run_workers(config, args.log_level)

@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from .converters import InvalidValue, error_paths, strict_converter
-from .model_patterns import compile_pattern, is_exact
+from .policy.model_patterns import compile_pattern, is_exact
 
 __all__ = [
     "AuthConfig",

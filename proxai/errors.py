@@ -17,7 +17,14 @@ import orjson
 
 from .outcome import OutcomeKind
 
-__all__ = ["ErrorShape", "ProxyError", "anthropic_error_type", "error_body"]
+__all__ = [
+    "SHUTDOWN_MESSAGE",
+    "ErrorShape",
+    "ProxyError",
+    "anthropic_error_type",
+    "error_body",
+    "shutdown_error",
+]
 
 
 class ErrorShape(enum.Enum):
@@ -83,3 +90,18 @@ class ProxyError(Exception):
         cls, message: str, *, param: str | None = None, code: str | None = None
     ) -> ProxyError:
         return cls(400, message, "invalid_request_error", param, code)
+
+
+SHUTDOWN_MESSAGE = "proxai is shutting down; retry the request"
+
+
+def shutdown_error(message: str = SHUTDOWN_MESSAGE) -> ProxyError:
+    """503 with ``Retry-After``: another proxai instance can take the request."""
+    return ProxyError(
+        503,
+        message,
+        "server_error",
+        code="proxy_shutting_down",
+        headers=((b"retry-after", b"1"),),
+        kind=OutcomeKind.SHUTDOWN,
+    )

@@ -12,7 +12,19 @@ from typing import Any
 
 import attrs
 
-__all__ = ["AttemptRecord", "CallSummary", "Outcome", "OutcomeKind"]
+__all__ = [
+    "CUT_SHORT",
+    "RETRYABLE_BEFORE_HEAD",
+    "STALLS",
+    "STREAM_DEADLINES",
+    "TRY_AGAIN",
+    "UPSTREAM_CUT_SHORT",
+    "WARNINGS",
+    "AttemptRecord",
+    "CallSummary",
+    "Outcome",
+    "OutcomeKind",
+]
 
 
 class OutcomeKind(enum.StrEnum):
@@ -39,6 +51,44 @@ class OutcomeKind(enum.StrEnum):
     SHUTDOWN = "shutdown"  # proxai was shutting down (ended after server.drain_timeout)
 
 
+# What the kinds mean, for the code that acts on them: each set is named for what its
+# members share, and every classification of outcomes lives here.
+
+#: The upstream's body ended before its terminal event (its connection's doing).
+UPSTREAM_CUT_SHORT = frozenset(
+    {OutcomeKind.UPSTREAM_EOF, OutcomeKind.UPSTREAM_RESET, OutcomeKind.UPSTREAM_EVENT_TOO_LARGE}
+)
+#: A deadline proxai keeps on a stream after its headers passed.
+STREAM_DEADLINES = frozenset(
+    {OutcomeKind.STALLED_IDLE, OutcomeKind.STALLED_TOOL_ARGUMENTS, OutcomeKind.TOTAL_TIMEOUT}
+)
+#: Ends that leave the client's response cut short: proxai says so in the protocol's
+#: shape, or answers an HTTP error, or breaks the body.
+CUT_SHORT = (
+    UPSTREAM_CUT_SHORT | STREAM_DEADLINES | {OutcomeKind.CLIENT_STALLED, OutcomeKind.SHUTDOWN}
+)
+#: Ends a client should simply try again, elsewhere if it can (Anthropic's
+#: ``overloaded_error``, which its SDKs retry): proxai gave up waiting, nothing failed.
+TRY_AGAIN = STREAM_DEADLINES | {OutcomeKind.SHUTDOWN}
+#: Ends by a deadline, the client's own (``client_write``) included: ``proxai_stalls``.
+STALLS = STREAM_DEADLINES | {OutcomeKind.STALLED_FIRST_BYTE, OutcomeKind.CLIENT_STALLED}
+#: Failures before the response headers that another attempt may not meet.
+RETRYABLE_BEFORE_HEAD = frozenset(
+    {
+        OutcomeKind.UPSTREAM_UNREACHABLE,
+        OutcomeKind.STALLED_FIRST_BYTE,
+        OutcomeKind.UPSTREAM_RESET,
+        OutcomeKind.UPSTREAM_EOF,
+    }
+)
+#: Not the end a request should have, however long it took: logged at warning.
+WARNINGS = (
+    STALLS
+    | UPSTREAM_CUT_SHORT
+    | {OutcomeKind.UPSTREAM_UNREACHABLE, OutcomeKind.SHUTDOWN, OutcomeKind.OVERLOADED}
+)
+
+
 @attrs.frozen
 class CallSummary:
     """A tool call the response streamed: what it was, never what it said."""
@@ -51,7 +101,7 @@ class CallSummary:
 
 @attrs.define
 class AttemptRecord:
-    """One try of one upstream (see :mod:`proxai.retry`)."""
+    """One try of one upstream (see :mod:`proxai.policy.retry`)."""
 
     upstream: str
     started_s: float  # seconds from the request's start

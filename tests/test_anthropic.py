@@ -11,10 +11,9 @@ import trio
 from trio.testing import MockClock
 
 from proxai.outcome import OutcomeKind
-from proxai.sse import SSEFramer
 from proxai.testing import Close, Script, Send, Sleep, Stall
-
-from .memory_harness import MemoryProxy
+from proxai.testing.memory_proxy import MemoryProxy
+from proxai.testing.streams import FAST_TIMEOUTS, data_frames
 
 anthropic = pytest.importorskip("anthropic")
 
@@ -113,7 +112,7 @@ def sse(events: list[bytes], then: list[Any] | None = None) -> Script:
 
 
 def error_event(body: bytes) -> dict[str, Any]:
-    frames = [f for f in SSEFramer().feed(body) if f.data is not None]
+    frames = data_frames(body, whole=False)
     assert frames[-1].event == "error"
     payload: dict[str, Any] = json.loads(frames[-1].data or b"")
     assert payload["type"] == "error"
@@ -283,8 +282,6 @@ async def test_max_tokens_is_incomplete(autojump_clock: MockClock) -> None:
 
 # --- the official anthropic SDK through a real server ---------------------------------------
 
-FAST = {"first_byte": 2.0, "idle": 0.6, "tool_arguments": 0.3, "total": 30.0}
-
 
 def drive(base_url: str) -> tuple[list[str], str, BaseException | None]:
     client = anthropic.Anthropic(
@@ -313,7 +310,7 @@ async def run_sdk(start_upstream: Any, proxai_for: Any, script: Script) -> Any:
             }
         }
     }
-    async with proxai_for(upstream, timeouts=FAST, **tables) as px:
+    async with proxai_for(upstream, timeouts=FAST_TIMEOUTS, **tables) as px:
         started = trio.current_time()
         with trio.fail_after(15):
             result = await trio.to_thread.run_sync(drive, px.url)

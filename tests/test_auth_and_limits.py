@@ -9,15 +9,15 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from proxai.auth import ClientKeys
-from proxai.config import AuthConfig, ConfigError, Protocol
+from proxai.config import AuthConfig, ConfigError
 from proxai.errors import ProxyError
 from proxai.outcome import OutcomeKind
+from proxai.policy.auth import ClientKeys
+from proxai.protocols.table import ANTHROPIC_SDK, OPENAI_SDK
 from proxai.testing import Script, Sleep
+from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, turn_bytes
-
-from .memory_harness import MemoryProxy
-from .test_anthropic import ANTHROPIC_UPSTREAM, MESSAGES, REQUEST, WHOLE
+from tests.test_anthropic import ANTHROPIC_UPSTREAM, MESSAGES, REQUEST, WHOLE
 
 TURN1 = turn_bytes(TURN1_EVENTS)
 CUT = len(turn_bytes(TURN1_EVENTS[:3]))  # after three whole events
@@ -106,10 +106,10 @@ def test_keys_file_with_plain_and_hashed_keys(tmp_path: Path) -> None:
     assert keys is not None
     assert keys.accepts("sk-one") and keys.accepts("sk-two")
     assert not keys.accepts("sk-three") and not keys.accepts("")
-    keys.check(bearer("sk-two"), Protocol.OPENAI)
+    keys.check(bearer("sk-two"), OPENAI_SDK)
     with pytest.raises(ProxyError):
-        keys.check([(b"x-api-key", b"sk-two")], Protocol.OPENAI)
-    keys.check([(b"x-api-key", b"sk-two")], Protocol.ANTHROPIC_MESSAGES)
+        keys.check([(b"x-api-key", b"sk-two")], OPENAI_SDK)
+    keys.check([(b"x-api-key", b"sk-two")], ANTHROPIC_SDK)
 
 
 @pytest.mark.parametrize(

@@ -10,14 +10,14 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from proxai.chat.observer import ChatObserver
 from proxai.config import TimeoutsConfig
 from proxai.outcome import Outcome, OutcomeKind
-from proxai.sse import SSEFramer
+from proxai.protocols.chat.observer import ChatObserver
 from proxai.testing import Close, Script, Send, Sleep, Stall
-
-from .fixtures import CHAT_TRANSCRIPTS, Transcript, transcript_params
-from .memory_harness import MemoryProxy
+from proxai.testing.memory_proxy import MemoryProxy
+from proxai.testing.streams import FAST_TIMEOUTS, data_frames
+from proxai.wire.sse import SSEFramer
+from tests.fixtures import CHAT_TRANSCRIPTS, Transcript, transcript_params
 
 openai = pytest.importorskip("openai")
 
@@ -129,7 +129,7 @@ def test_chat_aggregates_equal_the_sdks_final_values(transcript: Transcript) -> 
 
 def error_then_done(body: bytes) -> dict[str, Any]:
     """The synthesized tail: one error chunk, then [DONE]."""
-    frames = [f for f in SSEFramer().feed(body) if f.data is not None]
+    frames = data_frames(body, whole=False)
     assert frames[-1].data == b"[DONE]"
     error: dict[str, Any] = json.loads(frames[-2].data or b"")
     assert set(error) == {"error"}
@@ -318,8 +318,6 @@ async def test_a_new_id_on_a_reused_index_is_a_new_call(autojump_clock: MockCloc
 
 # --- the official openai SDK through a real server ------------------------------------------
 
-FAST = {"first_byte": 2.0, "idle": 0.6, "tool_arguments": 0.3, "total": 30.0}
-
 
 def iterate_chat(base_url: str) -> tuple[list[Any], BaseException | None]:
     client = openai.OpenAI(base_url=base_url, api_key="sk-client", max_retries=0, timeout=20)
@@ -336,7 +334,7 @@ async def test_sdk_raises_api_error_on_a_stall_in_tool_arguments(
     start_upstream: Any, proxai_for: Any
 ) -> None:
     upstream = await start_upstream([Script(steps=[Send(ROLE + b"".join(WEATHER[:2])), Stall()])])
-    async with proxai_for(upstream, timeouts=FAST) as px:
+    async with proxai_for(upstream, timeouts=FAST_TIMEOUTS) as px:
         started = trio.current_time()
         with trio.fail_after(15):
             chunks, error = await trio.to_thread.run_sync(iterate_chat, px.base_url)
@@ -362,7 +360,7 @@ async def test_sdk_reads_healthy_parallel_calls(start_upstream: Any, proxai_for:
         ]
     )
     upstream = await start_upstream([Script.sse([body], chunk_size=50)])
-    async with proxai_for(upstream, timeouts=FAST) as px:
+    async with proxai_for(upstream, timeouts=FAST_TIMEOUTS) as px:
         chunks, error = await trio.to_thread.run_sync(iterate_chat, px.base_url)
         (outcome,) = await px.wait_for_outcomes(1)
     assert error is None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import httpx
@@ -11,17 +10,12 @@ from trio.testing import MockClock
 
 from proxai.config import TimeoutsConfig
 from proxai.outcome import Outcome, OutcomeKind
-from proxai.responses.observer import ResponsesObserver
-from proxai.sse import SSEFramer
+from proxai.protocols.responses.observer import ResponsesObserver
 from proxai.testing import Script, Send, Stall
-
-from .fixtures import FIXTURES, TRANSCRIPTS, Transcript, transcript_params
-from .memory_harness import MemoryProxy
-
-
-def payloads(body: bytes) -> list[dict[str, Any]]:
-    framer = SSEFramer()
-    return [json.loads(f.data) for f in framer.feed(body) if f.data is not None]
+from proxai.testing.memory_proxy import MemoryProxy
+from proxai.testing.streams import data_frames, payloads
+from proxai.wire.sse import SSEFramer
+from tests.fixtures import FIXTURES, TRANSCRIPTS, Transcript, transcript_params
 
 
 def streamed(events: list[dict[str, Any]]) -> tuple[dict[int, str], dict[tuple[int, int], str]]:
@@ -142,9 +136,8 @@ async def test_cut_anywhere_the_terminal_continues_the_sequence(
 ) -> None:
     """Cut each transcript at several points and stall: proxai's error and
     response.failed carry the next sequence numbers and the last snapshot's id."""
-    framer = SSEFramer()
-    frames = [f for f in framer.feed(transcript.body) if f.data is not None]
-    events = [json.loads(f.data) for f in frames if f.data is not None]
+    frames = data_frames(transcript.body)
+    events = payloads(transcript.body)
     numbered = all("sequence_number" in e for e in events)
     for cut in sorted({1, len(frames) // 3, len(frames) // 2, len(frames) - 1}):
         script = Script(steps=[Send(b"".join(f.raw for f in frames[:cut])), Stall()])

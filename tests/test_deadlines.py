@@ -16,9 +16,8 @@ from trio.testing import MockClock
 
 from proxai.outcome import OutcomeKind
 from proxai.testing import Close, Reset, Script, Send, Sleep, Stall, sse_event
+from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, TURN2_EVENTS, TURN2_REQUEST, turn_bytes
-
-from .memory_harness import MemoryProxy
 
 TURN1 = turn_bytes(TURN1_EVENTS)
 TURN2 = turn_bytes(TURN2_EVENTS)
@@ -755,7 +754,7 @@ async def test_an_odd_final_output_does_not_break_a_completed_stream(
 async def test_an_observer_that_fails_is_dropped_not_the_stream(
     autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from proxai.responses.observer import ResponsesObserver
+    from proxai.protocols.responses.observer import ResponsesObserver
 
     def broken(self: ResponsesObserver, frame: Any, now: float) -> None:
         raise RuntimeError("observer bug")

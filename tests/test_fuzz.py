@@ -13,19 +13,19 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxai.anthropic.observer import MessagesObserver
-from proxai.anthropic.request import project_messages_request
-from proxai.chat.observer import ChatObserver
-from proxai.chat.request import project_chat_request
 from proxai.config import TimeoutsConfig
 from proxai.errors import ProxyError
-from proxai.observer import Verdict
 from proxai.outcome import Outcome, OutcomeKind
-from proxai.responses.observer import ResponsesObserver
-from proxai.responses.request import project_request
-from proxai.sse import SSEFramer
+from proxai.protocols.chat.observer import ChatObserver
+from proxai.protocols.chat.request import project_chat
+from proxai.protocols.messages.observer import MessagesObserver
+from proxai.protocols.messages.request import project_messages
+from proxai.protocols.observer import Verdict
+from proxai.protocols.responses.observer import ResponsesObserver
+from proxai.protocols.responses.request import project_responses
 from proxai.testing import Reset, Script, Send
 from proxai.testing.seed import TURN1_EVENTS, turn_bytes
+from proxai.wire.sse import SSEFramer
 
 TIMEOUTS = TimeoutsConfig(idle=30.0, tool_arguments=20.0, total=1000.0)
 OBSERVERS = {
@@ -121,9 +121,9 @@ def test_observers_survive_any_stream(protocol: str, stream: bytes, data: st.Dat
 
 
 PROJECTIONS = {
-    "responses": project_request,
-    "chat": project_chat_request,
-    "anthropic": project_messages_request,
+    "responses": project_responses,
+    "chat": project_chat,
+    "anthropic": project_messages,
 }
 KEYS = ["model", "stream", "tools", "tool_choice", "input", "messages", "metadata", "include",
         "max_output_tokens", "max_tokens", "temperature", "reasoning", "text", "stop", "n",

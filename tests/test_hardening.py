@@ -10,14 +10,13 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from proxai.capture import Captures
 from proxai.config import CaptureConfig, ConfigError, load_config
+from proxai.ops.capture import Captures
+from proxai.ops.request_log import _human, log_fields
 from proxai.outcome import Outcome
-from proxai.request_log import _human, log_fields
 from proxai.testing import Script
+from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, turn_bytes
-
-from .memory_harness import MemoryProxy
 
 TURN1 = turn_bytes(TURN1_EVENTS)
 
@@ -180,7 +179,7 @@ async def test_sequential_requests_reuse_one_upstream_connection(
 async def test_concurrent_requests_spread_over_pools() -> None:
     from proxai.config import TimeoutsConfig, UpstreamConfig
     from proxai.errors import ProxyError
-    from proxai.upstream import SHARD_REQUESTS, UpstreamClient
+    from proxai.upstream.client import SHARD_REQUESTS, UpstreamClient
 
     client = UpstreamClient(UpstreamConfig(base_url="http://127.0.0.1:9/v1"), TimeoutsConfig())
     seen: list[list[int]] = []

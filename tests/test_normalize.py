@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from proxai.config import NormalizeConfig
-from proxai.normalize import normalize_body
+from proxai.policy.normalize import normalize_body
 from proxai.testing import Script
 
 SYSTEM = {"type": "message", "role": "system", "content": "You are terse."}

@@ -27,8 +27,7 @@ from proxai.testing.seed import (
     turn1_stalled_script,
     turn_bytes,
 )
-
-from .process import serve_process
+from tests.process import serve_process
 
 TURN1 = turn_bytes(TURN1_EVENTS)
 CLIENT_KEY = "sk-client-observability-0123456789"
@@ -381,7 +380,7 @@ async def test_live_view_is_off_by_default_and_behind_client_keys(
 
 def test_live_view_answers_loopback_and_allowed_networks_only() -> None:
     from proxai.config import LiveViewConfig
-    from proxai.live_view import LiveViewAccess
+    from proxai.service.live_view import LiveViewAccess
 
     access = LiveViewAccess(LiveViewConfig(enabled=True, allow=["10.1.0.0/16"]))
     assert access.allows("127.0.0.1") and access.allows("::1") and access.allows("::ffff:127.0.0.1")
@@ -391,8 +390,8 @@ def test_live_view_answers_loopback_and_allowed_networks_only() -> None:
 
 
 async def test_a_remote_client_gets_403(start_upstream: Any) -> None:
-    from proxai.app import ProxaiApp
     from proxai.config import load_config
+    from proxai.service.app import ProxaiApp
 
     config = load_config(
         None, overrides={"upstream": {"base_url": "http://u/v1"}, "live_view": {"enabled": True}}

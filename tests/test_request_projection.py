@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from proxai.errors import ProxyError
-from proxai.responses.request import (
+from proxai.protocols.responses.request import (
     CodeInterpreterTool,
     ConversationRef,
     CustomTool,
@@ -20,14 +20,14 @@ from proxai.responses.request import (
     RawTool,
     WebSearchFilters,
     WebSearchTool,
-    project_request,
+    project_responses,
 )
 from proxai.testing import Script
 from proxai.testing.seed import TURN1_REQUEST, TURN2_REQUEST
 
 
 def test_seed_turn1_projects_as_the_seed_describes() -> None:
-    p = project_request(json.dumps(TURN1_REQUEST).encode())
+    p = project_responses(json.loads(json.dumps(TURN1_REQUEST)))
     assert p.model == "gpt-5.4"
     assert p.stream is True
     assert p.parallel_tool_calls is False
@@ -49,7 +49,7 @@ def test_seed_turn1_projects_as_the_seed_describes() -> None:
 
 
 def test_seed_turn2_projects_previous_response_id() -> None:
-    p = project_request(TURN2_REQUEST)
+    p = project_responses(TURN2_REQUEST)
     assert p.previous_response_id == "resp_01"
     assert p.tools is None
 
@@ -87,7 +87,7 @@ def test_every_tool_type() -> None:
         {"type": "tool_search", "execution": "server"},
         {"type": "programmatic_tool_calling", "anything": [1, 2]},
     ]
-    p = project_request({"model": "m", "tools": tools, "future_field": {"x": 1}})
+    p = project_responses({"model": "m", "tools": tools, "future_field": {"x": 1}})
     assert p.tools is not None
     kinds = [type(t).__name__ for t in p.tools]
     assert kinds == [
@@ -109,14 +109,14 @@ def test_every_tool_type() -> None:
 
 
 def test_blank_ids_become_none() -> None:
-    p = project_request(
+    p = project_responses(
         {"previous_response_id": " ", "conversation": "", "prompt": {"id": "", "version": "2"}}
     )
     assert p.previous_response_id is None
     assert p.conversation is None
     assert p.prompt is not None and p.prompt.id is None and p.prompt.version == "2"
-    assert project_request({"conversation": {"id": ""}}).conversation == ConversationRef(None)
-    assert project_request({"conversation": "conv_1"}).conversation == "conv_1"
+    assert project_responses({"conversation": {"id": ""}}).conversation == ConversationRef(None)
+    assert project_responses({"conversation": "conv_1"}).conversation == "conv_1"
 
 
 @pytest.mark.parametrize(
@@ -147,7 +147,7 @@ def test_blank_ids_become_none() -> None:
 )
 def test_malformed_bodies_name_the_offending_path(body: dict[str, Any], param: str) -> None:
     with pytest.raises(ProxyError) as info:
-        project_request(body)
+        project_responses(body)
     assert info.value.status == 400
     assert info.value.type == "invalid_request_error"
     assert info.value.param == param

@@ -7,7 +7,7 @@ from typing import Any
 
 from proxai.config import TimeoutsConfig
 from proxai.outcome import Outcome, OutcomeKind
-from proxai.responses.events import (
+from proxai.protocols.responses.events import (
     ArgumentsDelta,
     ErrorEvent,
     LifecycleEvent,
@@ -17,10 +17,10 @@ from proxai.responses.events import (
     TextDelta,
     parse_event,
 )
-from proxai.responses.observer import ResponsesObserver
-from proxai.sse import SSEFrame, SSEFramer
+from proxai.protocols.responses.observer import ResponsesObserver
 from proxai.testing import sse_event
 from proxai.testing.seed import TURN1_EVENTS, TURN2_EVENTS
+from proxai.wire.sse import SSEFrame, SSEFramer
 
 TIMEOUTS = TimeoutsConfig(idle=30.0, tool_arguments=20.0, total=1000.0)
 

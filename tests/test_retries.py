@@ -17,11 +17,10 @@ from trio.testing import MockClock
 
 from proxai.config import RetriesConfig
 from proxai.outcome import AttemptRecord, OutcomeKind
-from proxai.retry import RetryPlan, parse_retry_after
+from proxai.policy.retry import RetryPlan, parse_retry_after
 from proxai.testing import RecordedRequest, Reset, Script, Stall
+from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, turn_bytes
-
-from .memory_harness import MemoryProxy
 
 TURN1 = turn_bytes(TURN1_EVENTS)
 BACKUP = {"backup": {"base_url": "http://backup.test/v1", "api_key": "sk-backup"}}

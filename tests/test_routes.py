@@ -9,8 +9,8 @@ import pytest
 
 from proxai.config import Config, ConfigError, Protocol, load_config, route_warnings
 from proxai.errors import ProxyError
-from proxai.model_patterns import compile_pattern
-from proxai.routes import Router
+from proxai.policy.model_patterns import compile_pattern
+from proxai.policy.routes import Router
 
 UPSTREAMS = {
     "openai": {"base_url": "https://api.openai.com/v1"},

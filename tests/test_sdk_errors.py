@@ -14,10 +14,9 @@ import trio
 from proxai.outcome import OutcomeKind
 from proxai.testing import Script, Send, Sleep, Stall, sse_event
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, TURN2_EVENTS, TURN2_REQUEST
+from proxai.testing.streams import FAST_TIMEOUTS
 
 openai = pytest.importorskip("openai")
-
-FAST = {"first_byte": 2.0, "idle": 0.6, "tool_arguments": 0.3, "total": 30.0}
 
 
 def iterate(base_url: str, request: dict[str, Any]) -> tuple[list[str], BaseException | None]:
@@ -36,7 +35,7 @@ async def run_sdk(
     start_upstream: Any, proxai_for: Any, script: Script, request: dict[str, Any]
 ) -> Any:
     upstream = await start_upstream([script])
-    async with proxai_for(upstream, timeouts=FAST) as px:
+    async with proxai_for(upstream, timeouts=FAST_TIMEOUTS) as px:
         with trio.fail_after(15):
             seen, error = await trio.to_thread.run_sync(iterate, px.base_url, request)
             (outcome,) = await px.wait_for_outcomes(1)

@@ -16,8 +16,7 @@ import trio
 
 from proxai.testing import RecordedRequest, Script, open_proxai
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, turn_bytes
-
-from .process import serve_process
+from tests.process import serve_process
 
 TURN1 = turn_bytes(TURN1_EVENTS)
 CUT = len(turn_bytes(TURN1_EVENTS[:3]))
@@ -179,7 +178,7 @@ async def test_create_app_runs_under_the_hypercorn_command(
     import subprocess
     import sys
 
-    from .process import ServeProcess
+    from tests.process import ServeProcess
 
     upstream = await start_upstream([Script.sse([TURN1])])
     config = tmp_path / "proxai.toml"

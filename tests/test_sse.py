@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxai.sse import SSEFrame, SSEFramer
+from proxai.wire.sse import SSEFrame, SSEFramer
 
 
 def frame_all(chunks: list[bytes]) -> tuple[list[SSEFrame], bytes]:

@@ -12,7 +12,7 @@ import trio
 
 from ..config import Config, load_config
 from ..outcome import Outcome
-from ..server import serve
+from ..service.server import serve
 
 __all__ = ["RunningProxai", "open_proxai"]
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import attrs
 
 from proxai.outcome import OutcomeKind
-
-from .kits import KITS, STAGES
+from tests.faults.kits import KITS, STAGES
 
 MATRIX_TIMEOUTS = {
     "first_byte": 10.0,

@@ -13,9 +13,9 @@ from typing import Any
 
 import attrs
 
-from proxai.sse import SSEFramer
 from proxai.testing import sse_event
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST
+from proxai.testing.streams import data_frames
 
 SSE_HEADERS = (("content-type", "text/event-stream; charset=utf-8"),)
 STAGES = (
@@ -43,18 +43,11 @@ class Kit:
     upstreams: dict[str, dict[str, Any]] | None = None
 
 
-def _frames(body: bytes) -> list[Any]:
-    framer = SSEFramer()
-    frames = [f for f in framer.feed(body) if f.data is not None]
-    assert framer.close() == b"", "the client was left mid-event"
-    return frames
-
-
 # --- Responses --------------------------------------------------------------------------------
 
 
 def _responses_error(body: bytes) -> tuple[str, str]:
-    error, failed = (json.loads(f.data) for f in _frames(body)[-2:])
+    error, failed = (json.loads(f.data) for f in data_frames(body)[-2:])
     assert error["type"] == "error" and failed["type"] == "response.failed"
     assert error["error"]["message"] == error["message"] == failed["response"]["error"]["message"]
     assert failed["response"]["status"] == "failed"
@@ -151,7 +144,7 @@ def _chat_call(index: int) -> bytes:
 
 
 def _chat_error(body: bytes) -> tuple[str, str]:
-    frames = _frames(body)
+    frames = data_frames(body)
     assert frames[-1].data == b"[DONE]"
     error = json.loads(frames[-2].data)["error"]
     assert set(error) == {"message", "type", "param", "code"}
@@ -183,7 +176,7 @@ def _ant(kind: str, **fields: Any) -> bytes:
 
 
 def _anthropic_error(body: bytes) -> tuple[str, str]:
-    frame = _frames(body)[-1]
+    frame = data_frames(body)[-1]
     assert frame.event == "error"
     error = json.loads(frame.data)["error"]
     return error["type"], error["message"]

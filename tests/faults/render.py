@@ -5,8 +5,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .cases import CASES, CLIENT_STAGES, DISCONNECT_AT, MATRIX_TIMEOUTS, MAX_EVENT_BYTES, PRE_STREAM
-from .kits import KITS
+from tests.faults.cases import (
+    CASES,
+    CLIENT_STAGES,
+    DISCONNECT_AT,
+    MATRIX_TIMEOUTS,
+    MAX_EVENT_BYTES,
+    PRE_STREAM,
+)
+from tests.faults.kits import KITS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
 

@@ -17,10 +17,9 @@ from trio.testing import MockClock
 
 from proxai.outcome import OutcomeKind
 from proxai.testing import Close, Reset, Script, Send, Sleep, Stall, sse_event
+from proxai.testing.memory_proxy import MemoryExchange, MemoryProxy
 from proxai.testing.soak import live_tasks
-
-from ..memory_harness import Exchange, MemoryProxy
-from .cases import (
+from tests.faults.cases import (
     CASES,
     CLIENT_STAGES,
     DISCONNECT_AT,
@@ -29,7 +28,7 @@ from .cases import (
     PRE_STREAM,
     Case,
 )
-from .kits import KITS, SSE_HEADERS
+from tests.faults.kits import KITS, SSE_HEADERS
 
 
 def proxy_for(protocol: str, scripts: list[Script], **timeouts: float) -> MemoryProxy:
@@ -57,7 +56,7 @@ def fault_script(case: Case) -> Script:
     return Script(headers=SSE_HEADERS, steps=steps)
 
 
-def client_error(kit_name: str, exchange: Exchange) -> tuple[str, str]:
+def client_error(kit_name: str, exchange: MemoryExchange) -> tuple[str, str]:
     """The error the client got: (type or code, message), HTTP or in-stream."""
     kit = KITS[kit_name]
     if exchange.status != 200:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .render import DOC, render
+from tests.faults.render import DOC, render
 
 
 def test_reliability_doc_is_current() -> None:

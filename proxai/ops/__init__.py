@@ -1,0 +1,1 @@
+"""What operators see: request log, metrics and captures, all from outcome records."""

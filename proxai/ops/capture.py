@@ -1,0 +1,144 @@
+"""Captures: the raw bytes of each request, for reproducing an upstream bug.
+
+When ``[capture] enabled``, each request gets a folder ``<dir>/<UTC time>-<request id>/``
+(the time to the microsecond, so names sort in the order requests ended):
+
+- ``request.http``: the request as proxai received it (request line, headers,
+  body), credentials redacted;
+- ``upstream.bin``: the upstream's response (status line, headers, then the
+  body bytes exactly as read);
+- ``client.bin``: the response body bytes proxai sent to the client;
+- ``outcome.json``: the request's outcome record.
+
+Each file stops at ``max_bytes`` (a ``truncated`` note says so in
+outcome.json). Bytes are buffered in memory (so bounded by ``max_bytes``) and
+written by a worker thread when the request ends; then only the newest
+``keep`` folders are kept.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import orjson
+import trio
+
+from ..config import CaptureConfig
+from ..outcome import Outcome
+
+__all__ = ["REDACTED", "Capture", "Captures"]
+
+REDACTED = b"[redacted]"
+#: Headers whose values never reach a capture.
+SECRET_HEADERS = frozenset(
+    {
+        b"authorization",
+        b"proxy-authorization",
+        b"x-api-key",
+        b"api-key",
+        b"x-goog-api-key",
+        b"cookie",
+        b"set-cookie",
+    }
+)
+#: The folders proxai writes; pruning never touches anything else in ``dir``.
+FOLDER = re.compile(r"\d{8}T\d{6}\.\d{6}-req_[0-9a-f]{24}")
+
+
+class _Capped:
+    """Bytes up to a limit, and whether more came."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.truncated = False
+
+    def add(self, data: bytes) -> None:
+        room = self.limit - self.size
+        if room <= 0:
+            self.truncated = self.truncated or bool(data)
+            return
+        if len(data) > room:
+            data, self.truncated = data[:room], True
+        self.parts.append(data)
+        self.size += len(data)
+
+    def bytes(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def _headers(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
+    return b"".join(
+        n + b": " + (REDACTED if n.lower() in SECRET_HEADERS else v) + b"\r\n" for n, v in headers
+    )
+
+
+class Capture:
+    """What one request's capture holds until it is written."""
+
+    def __init__(self, limit: int) -> None:
+        self.request = _Capped(limit)
+        self.upstream = _Capped(limit)
+        self.client = _Capped(limit)
+
+    def request_head(
+        self, method: str, raw_path: bytes, query: bytes, headers: Iterable[tuple[bytes, bytes]]
+    ) -> None:
+        target = raw_path + (b"?" + query if query else b"")
+        self.request.add(
+            method.encode() + b" " + target + b" HTTP/1.1\r\n" + _headers(headers) + b"\r\n"
+        )
+
+    def upstream_head(self, status: int, headers: Iterable[tuple[bytes, bytes]]) -> None:
+        self.upstream.add(b"HTTP/1.1 %d\r\n" % status + _headers(headers) + b"\r\n")
+
+
+class Captures:
+    """The capture folder: one :class:`Capture` per request, the newest ``keep`` kept."""
+
+    def __init__(self, config: CaptureConfig) -> None:
+        self._dir = Path(config.dir)
+        self._limit = config.max_bytes
+        self._keep = config.keep
+        self._writing = trio.Lock()  # one write (and prune) at a time in this process
+
+    def start(self) -> Capture:
+        return Capture(self._limit)
+
+    async def save(self, capture: Capture, outcome: Outcome) -> None:
+        async with self._writing:
+            # Abandoned if the caller gives up (a slow disk): the thread finishes alone.
+            await trio.to_thread.run_sync(self._write, capture, outcome, abandon_on_cancel=True)
+
+    def _write(self, capture: Capture, outcome: Outcome) -> None:
+        now = time.time()  # to the microsecond: names sort in the order requests ended
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}"
+        folder = self._dir / f"{stamp}-{outcome.request_id}"
+        folder.mkdir(parents=True, exist_ok=True)
+        files = {
+            "request.http": capture.request,
+            "upstream.bin": capture.upstream,
+            "client.bin": capture.client,
+        }
+        record = outcome.as_dict()
+        record["truncated"] = sorted(n for n, c in files.items() if c.truncated)
+        try:
+            for name, content in files.items():
+                (folder / name).write_bytes(content.bytes())
+            (folder / "outcome.json").write_bytes(orjson.dumps(record, option=orjson.OPT_INDENT_2))
+        except FileNotFoundError:
+            return  # another worker pruned it already: it was not among the newest
+        self._prune()
+
+    def _prune(self) -> None:
+        """Keep the newest ``keep`` capture folders (by name: it starts with the UTC
+        time). Only proxai's own folders are considered, and other workers prune the
+        same folder, so any of them may vanish meanwhile."""
+        folders = sorted(p.name for p in self._dir.iterdir() if FOLDER.fullmatch(p.name))
+        for old in folders[: max(0, len(folders) - self._keep)]:
+            shutil.rmtree(self._dir / old, ignore_errors=True)

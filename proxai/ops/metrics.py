@@ -1,0 +1,157 @@
+"""Prometheus metrics, counted from each request's outcome record.
+
+With ``--workers N`` every worker counts into files under
+``$PROMETHEUS_MULTIPROC_DIR`` (prometheus-client's multiprocess mode, which
+the workers' parent sets up), and ``/metrics`` on any worker reports the sum
+over all of them.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+from ..outcome import STALLS, AttemptRecord, Outcome
+from .request_log import usage_tokens
+
+__all__ = ["CONTENT_TYPE_LATEST", "MULTIPROCESS_ENV", "Metrics"]
+
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+#: Distinct model names kept as label values per process; the rest count as "other",
+#: so clients naming random models cannot grow the metrics without bound.
+MAX_MODELS = 100
+MAX_MODEL_LENGTH = 100
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+_DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+
+
+class Metrics:
+    """The metrics of one proxai process (one ProxaiApp)."""
+
+    def __init__(self) -> None:
+        self.multiprocess = bool(os.environ.get(MULTIPROCESS_ENV))
+        registry = self.registry = CollectorRegistry(auto_describe=True)
+        self._models: set[str] = set()
+        self.requests = Counter(
+            "proxai_requests",
+            "Requests by route, upstream, model and outcome.",
+            ["route", "upstream", "model", "outcome"],
+            registry=registry,
+        )
+        self.stalls = Counter(
+            "proxai_stalls", "Streams ended by a deadline, by kind.", ["kind"], registry=registry
+        )
+        self.in_flight = Gauge(
+            "proxai_in_flight_requests",
+            "Proxied requests in flight (streams open).",
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        self.attempts = Counter(
+            "proxai_upstream_attempts",
+            "Requests sent upstream, by upstream and result (status, or failure kind).",
+            ["upstream", "result"],
+            registry=registry,
+        )
+        self.retries = Counter(
+            "proxai_upstream_retries",
+            "Attempts after a request's first one, by the upstream retried on.",
+            ["upstream"],
+            registry=registry,
+        )
+        self.first_byte = Histogram(
+            "proxai_time_to_first_byte_seconds",
+            "From the request's start to the upstream's response headers.",
+            ["upstream"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.first_event = Histogram(
+            "proxai_time_to_first_event_seconds",
+            "From the request's start to the first complete SSE event.",
+            ["upstream"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "proxai_request_duration_seconds",
+            "From the request's start to its end.",
+            ["upstream"],
+            buckets=_DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.events = Counter(
+            "proxai_relayed_events", "SSE events relayed.", ["upstream"], registry=registry
+        )
+        self.bytes = Counter(
+            "proxai_relayed_bytes",
+            "Body bytes relayed, by direction (in: from upstreams, out: to clients).",
+            ["direction"],
+            registry=registry,
+        )
+        self.tokens = Counter(
+            "proxai_usage_tokens",
+            "Tokens the upstreams reported in usage, by model and kind.",
+            ["model", "kind"],
+            registry=registry,
+        )
+
+    def _model(self, outcome: Outcome) -> str:
+        """The model label: a model an upstream served (a 2xx answer) gets one of the
+        first MAX_MODELS slots; refused, failed and odd names count as "other", so no
+        client can crowd out real models or grow the metrics."""
+        model = outcome.model
+        if model is None:
+            return ""
+        served = outcome.status is not None and 200 <= outcome.status < 300
+        if model in self._models:
+            return model
+        if served and len(model) <= MAX_MODEL_LENGTH and len(self._models) < MAX_MODELS:
+            self._models.add(model)
+            return model
+        return "other"
+
+    def observe(self, outcome: Outcome) -> None:
+        upstream = outcome.upstream or ""
+        model = self._model(outcome)
+        kind = outcome.kind.value if outcome.kind else "unknown"
+        self.requests.labels(outcome.route or "", upstream, model, kind).inc()
+        if outcome.kind in STALLS:
+            self.stalls.labels(kind).inc()
+        if outcome.first_byte_s is not None:
+            self.first_byte.labels(upstream).observe(outcome.first_byte_s)
+        if outcome.first_event_s is not None:
+            self.first_event.labels(upstream).observe(outcome.first_event_s)
+        if outcome.total_s is not None:
+            self.duration.labels(upstream).observe(outcome.total_s)
+        if outcome.events:
+            self.events.labels(upstream).inc(outcome.events)
+        if outcome.bytes_in:
+            self.bytes.labels("in").inc(outcome.bytes_in)
+        if outcome.bytes_out:
+            self.bytes.labels("out").inc(outcome.bytes_out)
+        for token_kind, count in usage_tokens(outcome.usage).items():
+            self.tokens.labels(model, token_kind).inc(count)
+
+    def attempt(self, attempt: AttemptRecord, index: int) -> None:
+        """An upstream attempt was decided (counted at once, not when the request ends)."""
+        self.attempts.labels(attempt.upstream, attempt.result or "unknown").inc()
+        if index:
+            self.retries.labels(attempt.upstream).inc()
+
+    def exposition(self) -> bytes:
+        """The text format ``/metrics`` answers with (summed over workers if several)."""
+        if self.multiprocess:
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+            return generate_latest(registry)
+        return generate_latest(self.registry)

@@ -1,0 +1,168 @@
+"""The request log: one line per request, built from its outcome record.
+
+Only an allow-list of the record's fields is logged: what happened, where,
+when and how much, with tool names and argument *lengths*. Never bodies,
+prompts, argument text, headers or keys (the anomalies the observers note can
+quote upstream bytes, so only their number is logged).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import orjson
+
+from ..config import LogFormat, LoggingConfig
+from ..outcome import WARNINGS, Outcome
+
+__all__ = ["JsonFormatter", "RequestLog", "configure", "log_fields", "usage_tokens"]
+
+log = logging.getLogger("proxai.request")
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)
+
+
+def usage_tokens(usage: dict[str, Any] | None) -> dict[str, int]:
+    """Token counts of a usage object, flattened (``output_tokens_details.reasoning_tokens``
+    becomes ``reasoning_tokens``); numbers only."""
+    counts: dict[str, int] = {}
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                if (
+                    isinstance(inner, int)
+                    and not isinstance(inner, bool)
+                    and key.endswith("tokens")
+                ):
+                    counts[key] = counts.get(key, 0) + inner
+                else:
+                    walk(inner)
+
+    walk(usage)
+    return counts
+
+
+def log_fields(outcome: Outcome) -> dict[str, Any]:
+    """The fields of a request's log line, in order."""
+    return {
+        "request_id": outcome.request_id,
+        "method": outcome.method,
+        "path": outcome.path,
+        "status": outcome.status,
+        "outcome": outcome.kind.value if outcome.kind else None,
+        "route": outcome.route,
+        "upstream": outcome.upstream,
+        "attempts": len(outcome.attempts),
+        "attempt_results": [
+            a.status if a.status is not None else a.result for a in outcome.attempts
+        ],
+        "model": outcome.model,
+        "stream": outcome.streaming,
+        "tools": outcome.tools,
+        "stalled_item": outcome.stalled_item,
+        "first_byte_ms": _ms(outcome.first_byte_s),
+        "first_event_ms": _ms(outcome.first_event_s),
+        "total_ms": _ms(outcome.total_s),
+        "events": outcome.events,
+        "bytes_in": outcome.bytes_in,
+        "bytes_out": outcome.bytes_out,
+        "usage": usage_tokens(outcome.usage),
+        "calls": [
+            {
+                "type": c.type,
+                "name": c.name,
+                "call_id": c.call_id,
+                "arguments_length": c.arguments_length,
+            }
+            for c in outcome.calls
+        ],
+        "aggregates_match": outcome.aggregates_match,
+        "anomalies": len(outcome.anomalies),
+        "detail": outcome.detail,
+    }
+
+
+def _text(value: str) -> str:
+    """A value as one token: quoted (JSON escapes) when it holds a space, a quote or a
+    control character, so a client's path or model cannot forge or break a line."""
+    if not value or any(c.isspace() or c == '"' or not c.isprintable() for c in value):
+        return orjson.dumps(value).decode()
+    return value
+
+
+def _human(fields: dict[str, Any]) -> str:
+    head = (
+        f"{_text(fields['method'])} {_text(fields['path'])} {fields['status']} {fields['outcome']}"
+    )
+    parts = [head]
+    for key, value in fields.items():
+        if key in ("method", "path", "status", "outcome") or value in (None, [], {}, 0, False):
+            continue
+        if key == "calls":
+            value = ",".join(f"{c['name']}({c['arguments_length']})" for c in value)
+        elif key == "usage":
+            value = ",".join(f"{k}={v}" for k, v in value.items())
+        elif isinstance(value, list):
+            value = ",".join(str(v) for v in value)
+        parts.append(f"{key}={_text(str(value))}")
+    return " ".join(parts)
+
+
+class RequestLog:
+    """Logs each outcome at info, or at warning when it is slow or went wrong."""
+
+    def __init__(self, config: LoggingConfig) -> None:
+        self._warn_s = config.warn_ms / 1000
+
+    def __call__(self, outcome: Outcome) -> None:
+        slow = outcome.total_s is not None and outcome.total_s > self._warn_s
+        level = logging.WARNING if slow or outcome.kind in WARNINGS else logging.INFO
+        if not log.isEnabledFor(level):
+            return
+        fields = log_fields(outcome)
+        if slow:
+            fields["slow"] = True
+        message = _human(fields)
+        log.log(level, "%s", message, extra={"proxai_fields": fields})
+
+
+class JsonFormatter(logging.Formatter):
+    """Every log record as one JSON object; request records carry their fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "pid": record.process,
+        }
+        fields = getattr(record, "proxai_fields", None)
+        if fields is not None:
+            line.update(fields)
+        else:
+            line["message"] = record.getMessage()
+            if record.exc_info:
+                line["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(line).decode()
+
+
+def configure(config: LoggingConfig, level_override: str | None = None) -> None:
+    """Set up the root logger for ``proxai serve``: format and level."""
+    handler = logging.StreamHandler()
+    if config.format is LogFormat.JSON:
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s")
+        )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel((level_override or config.level).upper())
+    for noisy in ("httpx", "httpcore"):  # a line per upstream request says nothing new
+        logging.getLogger(noisy).setLevel(logging.WARNING)

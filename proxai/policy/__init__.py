@@ -1,0 +1,1 @@
+"""Decisions about requests: routes, retries, client keys, normalization (sans-io)."""

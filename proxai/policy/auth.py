@@ -1,0 +1,99 @@
+"""Client keys (``[auth]``): who may use proxai.
+
+Keys are kept only as SHA-256 digests. A presented key is hashed and compared
+with every configured digest using :func:`hmac.compare_digest`, so neither the
+comparison nor the number of keys tried leaks how close a guess was. A keys
+file holds one key per line, or ``sha256:<hex digest>`` for a key stored hashed
+(``printf %s "$KEY" | sha256sum``); blank lines and ``#`` comments are skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable
+from pathlib import Path
+
+from ..config import AuthConfig, ConfigError
+from ..errors import ProxyError
+from ..outcome import OutcomeKind
+from ..protocols.table import ClientSdk
+
+__all__ = ["HASH_PREFIX", "ClientKeys"]
+
+HASH_PREFIX = "sha256:"
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
+
+
+def _parse(entry: str, where: str) -> bytes:
+    if entry.startswith(HASH_PREFIX):
+        hexdigest = entry[len(HASH_PREFIX) :].strip().lower()
+        try:
+            digest = bytes.fromhex(hexdigest)
+        except ValueError:
+            digest = b""
+        if len(digest) != 32:
+            raise ConfigError(f"{where}: a hashed key is sha256: and 64 hex digits")
+        return digest
+    return _digest(entry)
+
+
+class ClientKeys:
+    """The configured client keys, as digests."""
+
+    def __init__(self, digests: Iterable[bytes]) -> None:
+        self._digests = tuple(digests)
+
+    @classmethod
+    def from_config(cls, auth: AuthConfig) -> ClientKeys | None:
+        """The keys of ``[auth]``, or ``None`` when auth is off; raises ConfigError."""
+        if not auth.enabled:
+            return None
+        digests = [_parse(key, f"auth.keys[{i}]") for i, key in enumerate(auth.keys)]
+        if auth.keys_file is not None:
+            text = Path(auth.keys_file).read_text()
+            for number, line in enumerate(text.splitlines(), 1):
+                entry = line.strip()
+                if entry and not entry.startswith("#"):
+                    digests.append(_parse(entry, f"auth.keys_file line {number}"))
+        if not digests:
+            raise ConfigError("auth: no client keys configured (auth.keys / auth.keys_file)")
+        return cls(digests)
+
+    def accepts(self, key: str) -> bool:
+        presented = _digest(key)
+        found = False
+        for digest in self._digests:  # no early exit: the time does not depend on which
+            found |= hmac.compare_digest(presented, digest)
+        return found
+
+    def check(self, headers: Iterable[tuple[bytes, bytes]], sdk: ClientSdk) -> None:
+        """Raise 401 unless the request carries an accepted key: ``Authorization:
+        Bearer`` always, and the headers the client's SDKs send keys in (Anthropic's
+        send ``x-api-key``)."""
+        presented: list[str] = []
+        for name, value in headers:
+            if name == b"authorization":
+                scheme, _, token = value.decode("latin-1").partition(" ")
+                if scheme.lower() == "bearer" and token.strip():
+                    presented.append(token.strip())
+            elif name in sdk.key_headers:
+                presented.append(value.decode("latin-1").strip())
+        if any(self.accepts(key) for key in presented):
+            return
+        header = sdk.key_header_name
+        if presented:
+            message = "Incorrect API key provided to proxai"
+        else:
+            message = f"Missing API key: send the key proxai gave you in the {header} header"
+        raise ProxyError(
+            401,
+            message,
+            "invalid_request_error",
+            code="invalid_api_key",
+            headers=((b"www-authenticate", b"Bearer"),),
+            kind=OutcomeKind.UNAUTHORIZED,
+        )

@@ -1,0 +1,1 @@
+"""The APIs proxai speaks: their table, requests and stream observers (sans-io)."""

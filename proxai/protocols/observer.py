@@ -1,0 +1,116 @@
+"""Stream observers: sans-io watchers that see every frame the relay forwards.
+
+An observer never changes what is forwarded. It is fed frames and the time,
+and tells the relay two things: when it next needs to be woken up if nothing
+arrives (:meth:`StreamObserver.deadline`), and how the stream ends (a
+:class:`Verdict` with the outcome and any bytes proxai must append, such as a
+synthesized terminal event). The relay's observer task turns the deadline into
+a trio cancel scope; this module has no I/O and no trio.
+
+Times passed to an observer are on the relay's *upstream clock*, which runs
+only while proxai is waiting for the upstream (see :mod:`proxai.relay.relay`), so
+deadlines measure the upstream's silence and never proxai's own waiting on a
+slow client.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import attrs
+
+from ..outcome import Outcome, OutcomeKind
+from ..wire.sse import SSEFrame
+
+__all__ = [
+    "ItemSnapshot",
+    "ObserverSnapshot",
+    "PassThroughObserver",
+    "StreamObserver",
+    "Verdict",
+    "client_stalled_message",
+]
+
+
+def client_stalled_message(seconds: float) -> str:
+    return f"the client read nothing for {seconds} s (proxai client_write timeout)"
+
+
+@attrs.frozen
+class Verdict:
+    """How a stream ends: its outcome and the bytes proxai appends (often none)."""
+
+    kind: OutcomeKind
+    detail: str | None = None
+    closing: bytes = b""
+
+
+@attrs.frozen
+class ItemSnapshot:
+    """An open item as the live view shows it: its shape, never its content."""
+
+    label: str  # "function_call get_weather (call_weather_01)"
+    streams: str  # what its deltas carry: "arguments", "text"...
+    guarded: bool  # bounded by tool_arguments
+    deadline_left: float | None  # seconds left on its own deadline (guarded items)
+    chars: int  # characters its deltas spelled so far
+
+
+@attrs.frozen
+class ObserverSnapshot:
+    """What an observer knows of its stream now."""
+
+    next_deadline_left: float | None = None  # seconds; None: no deadline
+    items: tuple[ItemSnapshot, ...] = ()
+    finished: bool = False
+
+
+class StreamObserver:
+    """The interface the relay drives; the base class only passes frames through."""
+
+    @property
+    def finished(self) -> bool:
+        """Whether the stream reached its terminal event (unknown here: False)."""
+        return False
+
+    def on_start(self, now: float) -> None:
+        """The upstream's response headers arrived: the stream's deadlines start now."""
+
+    def on_frames(self, frames: Sequence[SSEFrame], now: float) -> None:
+        """Frames that just arrived from the upstream (already on their way out)."""
+
+    def deadline(self) -> float:
+        """When to call :meth:`on_deadline` if nothing else arrives (``inf``: never)."""
+        return math.inf
+
+    def on_deadline(self, now: float) -> Verdict:
+        """The deadline passed with the upstream silent: end the stream."""
+        raise NotImplementedError
+
+    def on_total_timeout(self, now: float) -> Verdict:
+        """The response ran past ``timeouts.total`` (a wall-clock limit the relay keeps)."""
+        return Verdict(OutcomeKind.TOTAL_TIMEOUT, "response exceeded proxai's total time limit")
+
+    def on_client_stalled(self, seconds: float) -> Verdict:
+        """The client accepted nothing for ``seconds`` (``timeouts.client_write``)."""
+        return Verdict(OutcomeKind.CLIENT_STALLED, client_stalled_message(seconds))
+
+    def on_end(self, *, fault: OutcomeKind | None, detail: str | None, now: float) -> Verdict:
+        """The upstream body ended: cleanly (``fault`` None), or cut short by ``fault``
+        (``upstream_reset``, ``upstream_event_too_large``), which ``detail`` describes."""
+        if fault is not None:
+            return Verdict(fault, detail)
+        return Verdict(OutcomeKind.COMPLETED)
+
+    def fill(self, outcome: Outcome) -> None:
+        """Add what the observer learned (items, usage, aggregates) to the outcome."""
+
+    def snapshot(self, now: float) -> ObserverSnapshot:
+        """What the live view shows of the stream now: open items and time left on
+        the deadlines. Never their content."""
+        return ObserverSnapshot(finished=self.finished)
+
+
+class PassThroughObserver(StreamObserver):
+    """Forwards everything and imposes no deadline: for bodies proxai does not interpret."""

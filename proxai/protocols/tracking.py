@@ -1,0 +1,248 @@
+"""What every protocol observer shares: open items, deadlines and verdicts.
+
+Responses, Chat Completions and Anthropic Messages streams differ in their
+events and in the terminal event proxai must write, but not in what a stall
+is. A :class:`TrackingObserver` keeps
+
+- the time of the upstream's last activity (any bytes), bounded by ``idle``;
+- the open items, each with the time of its last progress; a *guarded* item
+  (a tool call whose arguments are streaming) is bounded by ``tool_arguments``
+  on its own, however many are open;
+- whether the stream reached its terminal event, after which proxai waits only
+  :data:`AFTER_TERMINAL_GRACE` for the upstream to hang up.
+
+A subclass parses its protocol's frames (:meth:`TrackingObserver._apply`) and
+writes its protocol's terminal (:meth:`TrackingObserver._closing`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import attrs
+
+from ..config import TimeoutsConfig
+from ..outcome import CallSummary, Outcome, OutcomeKind
+from ..wire.sse import SSEFrame
+from .observer import (
+    ItemSnapshot,
+    ObserverSnapshot,
+    StreamObserver,
+    Verdict,
+    client_stalled_message,
+)
+
+__all__ = ["AFTER_TERMINAL_GRACE", "TrackedItem", "TrackingObserver"]
+
+#: After its terminal event a stream has nothing left to say: if the upstream does
+#: not hang up within this many seconds, proxai ends the response itself.
+AFTER_TERMINAL_GRACE = 1.0
+#: Anomalies kept per stream (the rest are counted): a stream of garbage must not
+#: grow the record without bound.
+MAX_ANOMALIES = 20
+
+
+@attrs.define
+class TrackedItem:
+    """An item the stream opened: a tool call, a message, a content block."""
+
+    key: Hashable
+    type: str  # function_call, tool_use, message, text...
+    label: str  # "function_call get_weather (call_weather_01)"
+    guarded: bool  # bounded by tool_arguments
+    streams: str  # what its deltas carry: "arguments", "input", "text", "output"
+    last_progress: float
+    name: str | None = None
+    call_id: str | None = None
+    parts: list[str] = attrs.field(factory=list)  # the aggregated deltas
+
+    @property
+    def aggregate(self) -> str:
+        """Everything the deltas spelled so far (joined once, then cached)."""
+        if len(self.parts) > 1:
+            self.parts[:] = ["".join(self.parts)]
+        return self.parts[0] if self.parts else ""
+
+    def summary(self) -> CallSummary:
+        return CallSummary(self.type, self.name, self.call_id, len(self.aggregate))
+
+
+class TrackingObserver(StreamObserver):
+    """Deadlines and verdicts over the items a protocol observer tracks."""
+
+    def __init__(self, timeouts: TimeoutsConfig) -> None:
+        self._idle = timeouts.idle
+        self._tool_arguments = timeouts.tool_arguments
+        self._total = timeouts.total
+        self._open: dict[Hashable, TrackedItem] = {}
+        self._calls: list[TrackedItem] = []  # every guarded item ever opened, in order
+        self._last_activity = 0.0
+        self._events = 0
+        self._terminal: OutcomeKind | None = None
+        self._terminal_detail: str | None = None
+        self._stalled: TrackedItem | None = None
+        self._anomalies: list[str] = []
+        self._anomalies_dropped = 0
+        self._comparisons = 0
+        self._mismatches: list[str] = []
+        self._usage: dict[str, object] | None = None
+
+    # -- to be provided by each protocol ---------------------------------------------------
+
+    def _apply(self, frame: SSEFrame, now: float) -> None:
+        """Take one dispatched event (``frame.data`` is not None) into account."""
+        raise NotImplementedError
+
+    def _closing(self, kind: OutcomeKind, message: str) -> bytes:
+        """The protocol's terminal events for a stream proxai ends itself."""
+        raise NotImplementedError
+
+    # -- bookkeeping for subclasses --------------------------------------------------------
+
+    def _open_item(self, item: TrackedItem) -> None:
+        if item.key in self._open:
+            self._note(f"{item.label} opened twice")
+        self._open[item.key] = item
+        if item.guarded:
+            self._calls.append(item)
+
+    def _close_item(self, key: Hashable) -> TrackedItem | None:
+        return self._open.pop(key, None)
+
+    def _finish(self, kind: OutcomeKind, detail: str | None = None) -> None:
+        """The upstream sent its terminal event (the first one counts)."""
+        if self._terminal is None:
+            self._terminal = kind
+            self._terminal_detail = detail
+
+    def _compare(self, what: str, aggregate: str, expected: str) -> None:
+        self._comparisons += 1
+        if aggregate != expected:
+            self._mismatches.append(what)
+
+    # -- the StreamObserver interface ------------------------------------------------------
+
+    @property
+    def finished(self) -> bool:
+        return self._terminal is not None
+
+    def on_start(self, now: float) -> None:
+        self._last_activity = now
+
+    def on_frames(self, frames: Sequence[SSEFrame], now: float) -> None:
+        self._last_activity = now
+        for frame in frames:
+            if frame.unknown:
+                self._note(f"a line that is no SSE field: {frame.raw[:60]!r}")
+            if frame.data is None:  # a comment (": ping") or a stray blank line
+                continue
+            self._events += 1
+            self._apply(frame, now)
+
+    def _note(self, anomaly: str) -> None:
+        """Record odd upstream input (forwarded all the same), up to MAX_ANOMALIES."""
+        if len(self._anomalies) < MAX_ANOMALIES:
+            self._anomalies.append(anomaly)
+        else:
+            self._anomalies_dropped += 1
+
+    def deadline(self) -> float:
+        if self._terminal is not None:
+            return self._last_activity + min(self._idle, AFTER_TERMINAL_GRACE)
+        deadline = self._last_activity + self._idle
+        for item in self._open.values():
+            if item.guarded:
+                deadline = min(deadline, item.last_progress + self._tool_arguments)
+        return deadline
+
+    def on_deadline(self, now: float) -> Verdict:
+        if self._terminal is not None:
+            # The client has its terminal event; the upstream just never hung up.
+            return Verdict(self._terminal, self._terminal_detail)
+        idle_deadline = self._last_activity + self._idle
+        stalled = min(
+            (i for i in self._open.values() if i.guarded),
+            key=lambda i: i.last_progress,
+            default=None,
+        )
+        if stalled is not None and stalled.last_progress + self._tool_arguments <= min(
+            now, idle_deadline
+        ):
+            self._stalled = stalled
+            message = (
+                f"upstream stalled for {self._tool_arguments} s while streaming "
+                f"{stalled.streams} of {stalled.label}"
+            )
+            return self._fail(OutcomeKind.STALLED_TOOL_ARGUMENTS, message)
+        return self._fail(
+            OutcomeKind.STALLED_IDLE, f"upstream sent nothing for {self._idle} s{self._where()}"
+        )
+
+    def on_total_timeout(self, now: float) -> Verdict:
+        if self._terminal is not None:
+            return Verdict(self._terminal, self._terminal_detail)
+        return self._fail(
+            OutcomeKind.TOTAL_TIMEOUT,
+            f"response exceeded proxai's total time limit of {self._total} s{self._where()}",
+        )
+
+    def on_client_stalled(self, seconds: float) -> Verdict:
+        if self._terminal is not None:  # its terminal event is already on its way
+            return Verdict(OutcomeKind.CLIENT_STALLED, client_stalled_message(seconds))
+        return self._fail(OutcomeKind.CLIENT_STALLED, client_stalled_message(seconds))
+
+    def on_end(self, *, fault: OutcomeKind | None, detail: str | None, now: float) -> Verdict:
+        if self._terminal is not None:
+            return Verdict(self._terminal, self._terminal_detail)
+        if fault is None:
+            return self._fail(
+                OutcomeKind.UPSTREAM_EOF,
+                f"upstream closed the stream before the response completed{self._where()}",
+            )
+        if fault is OutcomeKind.UPSTREAM_RESET:
+            message = f"upstream connection broke before the response completed{self._where()}"
+            return self._fail(fault, message + (f": {detail}" if detail else ""))
+        return self._fail(fault, f"{detail or fault.value}{self._where()}")
+
+    def _where(self) -> str:
+        """`` while streaming text of message msg_1``: the most recently opened item."""
+        if not self._open:
+            return f" (after {self._events} events)"
+        item = next(reversed(self._open.values()))
+        self._stalled = self._stalled or item
+        return f" while streaming {item.streams} of {item.label}"
+
+    def _fail(self, kind: OutcomeKind, message: str) -> Verdict:
+        return Verdict(kind, message, self._closing(kind, message))
+
+    def fill(self, outcome: Outcome) -> None:
+        outcome.stalled_item = self._stalled.label if self._stalled else None
+        outcome.usage = self._usage
+        outcome.calls = [item.summary() for item in self._calls]
+        outcome.aggregates_match = None if not self._comparisons else not self._mismatches
+        outcome.anomalies.extend(self._anomalies)
+        if self._anomalies_dropped:
+            outcome.anomalies.append(f"... and {self._anomalies_dropped} more anomalies")
+        outcome.anomalies.extend(f"aggregate differs: {m}" for m in self._mismatches)
+
+    def snapshot(self, now: float) -> ObserverSnapshot:
+        items = tuple(
+            ItemSnapshot(
+                label=item.label,
+                streams=item.streams,
+                guarded=item.guarded,
+                deadline_left=(
+                    round(item.last_progress + self._tool_arguments - now, 3)
+                    if item.guarded
+                    else None
+                ),
+                chars=sum(len(p) for p in item.parts),
+            )
+            for item in self._open.values()
+        )
+        return ObserverSnapshot(round(self.deadline() - now, 3), items, self.finished)
+
+    @property
+    def open_items(self) -> list[str]:
+        """Labels of the items open now (for tests and the live view)."""
+        return [item.label for item in self._open.values()]

@@ -1,0 +1,91 @@
+"""Opening the upstream: the attempts of one request, as its retry plan directs.
+
+:class:`~proxai.policy.retry.RetryPlan` decides (which upstream next, after
+what delay); this module does the I/O: each attempt's request, bounded by
+``first_byte`` (or ``total``), and the closing of every response that is not
+the answer.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+
+import trio
+
+from ..errors import ProxyError
+from ..outcome import AttemptRecord, Outcome
+from ..policy.retry import retry_after_header
+from ..upstream.client import UpstreamResponse
+from .ending import head_timeout
+from .exchange import Exchange, UpstreamTarget
+
+__all__ = ["AttemptHook", "open_upstream"]
+
+#: Told of each attempt as soon as it is decided, with its index (metrics).
+AttemptHook = Callable[[AttemptRecord, int], None]
+
+
+async def open_upstream(
+    stack: AsyncExitStack,
+    exchange: Exchange,
+    outcome: Outcome,
+    *,
+    started: float,
+    total_deadline: float,
+    on_attempt: AttemptHook | None = None,
+) -> tuple[UpstreamTarget, UpstreamResponse | ProxyError]:
+    """Try the route's upstreams until one answers for good; the last one tried and
+    its answer (a response, whatever its status, or the failure before any).
+
+    Each attempt's response lives on an exit stack of its own inside ``stack``: a
+    retried response is closed at once, never relayed; the answer stays open until
+    ``stack`` closes.
+    """
+    request, plan = exchange.request, exchange.plan
+    name, delay = plan.first(), 0.0
+    outcome.attempts = plan.attempts
+    while True:
+        if delay:
+            await trio.sleep(delay)
+        target = exchange.targets[name]
+        attempt = AttemptRecord(name, trio.current_time() - started)
+        index = plan.record(attempt)
+        outcome.upstream = name
+        first_byte = math.inf
+        if request.first_byte_applies:
+            first_byte = trio.current_time() + target.timeouts.first_byte
+        attempt_stack = await stack.enter_async_context(AsyncExitStack())
+        result: UpstreamResponse | ProxyError
+        try:
+            with trio.fail_at(min(first_byte, total_deadline)):
+                result = await attempt_stack.enter_async_context(
+                    target.client.open(
+                        request.method,
+                        request.raw_path,
+                        request.query,
+                        request.headers,
+                        target.body,
+                    )
+                )
+        except trio.TooSlowError:
+            if first_byte <= total_deadline:
+                result = head_timeout(first_byte=True, seconds=target.timeouts.first_byte)
+            else:
+                result = head_timeout(first_byte=False, seconds=exchange.timeouts.total)
+        except ProxyError as exc:
+            result = exc
+        if isinstance(result, ProxyError):
+            attempt.kind, attempt.detail = result.kind, result.message
+        else:
+            attempt.status = result.status
+            attempt.retry_after = retry_after_header(result.headers, time.time())
+        if on_attempt is not None:
+            on_attempt(attempt, index)
+        following = plan.next_attempt(attempt)
+        if following is None or trio.current_time() + following[1] >= total_deadline:
+            return target, result
+        await attempt_stack.aclose()
+        name, delay = following

@@ -1,0 +1,92 @@
+"""How a relayed response ends: pure decisions, carried out by the relay.
+
+Given how the stream ended (the observer's :class:`~proxai.protocols.observer.Verdict`),
+the upstream's status, whether any byte reached the client and whether the
+observer saw the protocol's terminal event, :func:`decide` says what the client
+gets: an HTTP error instead of the response (nothing was forwarded yet), bytes
+appended at a frame boundary (the protocol's synthesized error), or a body
+broken off (no observer can say it in the protocol's shape). No I/O, no trio.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ..errors import ProxyError, shutdown_error
+from ..outcome import CUT_SHORT, UPSTREAM_CUT_SHORT, OutcomeKind
+from ..protocols.observer import Verdict
+
+__all__ = ["Ending", "decide", "error_before_first_byte", "head_timeout"]
+
+_UPSTREAM_END_CODES = {
+    OutcomeKind.UPSTREAM_EOF: "upstream_closed",
+    OutcomeKind.UPSTREAM_RESET: "upstream_reset",
+    OutcomeKind.UPSTREAM_EVENT_TOO_LARGE: "upstream_event_too_large",
+}
+
+
+@attrs.frozen
+class Ending:
+    """What the client gets at the end, and how the outcome records it."""
+
+    kind: OutcomeKind
+    detail: str | None
+    #: Answer this HTTP error instead of the response (nothing reached the client).
+    error: ProxyError | None = None
+    #: Bytes to append to the body (the protocol's synthesized terminal).
+    closing: bytes = b""
+    #: End the body without its final message, so the client sees it broken.
+    abort: bool = False
+
+
+def decide(
+    verdict: Verdict, *, status: int, forwarded: bool, finished: bool, can_abort: bool
+) -> Ending:
+    """The end of a response whose upstream answered ``status``.
+
+    ``forwarded``: some body byte reached the client. ``finished``: the observer saw
+    the protocol's terminal event. ``can_abort``: the server breaks the connection of
+    a body ended without its final message (HTTP/1.1, not hypercorn's HTTP/2).
+    """
+    if not 200 <= status < 300 and verdict.kind is OutcomeKind.COMPLETED:
+        verdict = Verdict(OutcomeKind.UPSTREAM_ERROR, f"upstream answered {status}")
+    if not forwarded and (verdict.closing or verdict.kind in CUT_SHORT):
+        return Ending(verdict.kind, verdict.detail, error=error_before_first_byte(verdict))
+    # Nothing in the protocol's shape to say it (no observer knows this body): end the
+    # response as broken, as the upstream's was, so the client cannot take a cut-short
+    # body for a whole one.
+    abort = not verdict.closing and verdict.kind in CUT_SHORT and not finished and can_abort
+    return Ending(verdict.kind, verdict.detail, closing=verdict.closing, abort=abort)
+
+
+def error_before_first_byte(verdict: Verdict) -> ProxyError:
+    """A stream that ended before any byte reached the client, as an HTTP error.
+
+    Clients retry 5xx before a stream starts, which is what a stall or an
+    early close before the first event deserves.
+    """
+    message = verdict.detail or "the upstream stream ended before its first event"
+    if verdict.kind is OutcomeKind.SHUTDOWN:
+        return shutdown_error(message)
+    if verdict.kind in UPSTREAM_CUT_SHORT:
+        code = _UPSTREAM_END_CODES[verdict.kind]
+        return ProxyError(502, message, "server_error", code=code, kind=verdict.kind)
+    return ProxyError(504, message, "server_error", code="upstream_timeout", kind=verdict.kind)
+
+
+def head_timeout(*, first_byte: bool, seconds: float) -> ProxyError:
+    """No response headers in time: ``first_byte`` passed (or else ``total``), after
+    ``seconds``."""
+    if first_byte:
+        kind = OutcomeKind.STALLED_FIRST_BYTE
+        limit = f"{seconds} s (proxai first_byte timeout)"
+    else:
+        kind = OutcomeKind.TOTAL_TIMEOUT
+        limit = f"{seconds} s (proxai total timeout)"
+    return ProxyError(
+        504,
+        f"the upstream sent no response headers within {limit}",
+        "server_error",
+        code="upstream_timeout",
+        kind=kind,
+    )

@@ -1,0 +1,98 @@
+"""What one relayed request is, decided before any I/O: the :class:`Exchange` record.
+
+The app builds it from the client's request, the route and the protocol table;
+the relay only carries it out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+import attrs
+
+from ..config import TimeoutsConfig
+from ..errors import ErrorShape
+from ..policy.retry import RetryPlan
+from ..protocols.observer import PassThroughObserver, StreamObserver
+from ..upstream.client import UpstreamClient
+from ..wire.headers import Headers
+
+__all__ = [
+    "Exchange",
+    "ObserverFactory",
+    "ProxiedRequest",
+    "Tap",
+    "UpstreamTarget",
+    "pass_through",
+]
+
+#: Builds a stream's observer with the deadlines of the upstream that serves it.
+ObserverFactory = Callable[[TimeoutsConfig], StreamObserver]
+
+
+def pass_through(timeouts: TimeoutsConfig) -> StreamObserver:
+    """The observer factory for bodies proxai does not interpret."""
+    return PassThroughObserver()
+
+
+class Sink(Protocol):
+    def add(self, data: bytes) -> None: ...
+
+
+class Tap(Protocol):
+    """Sees the bytes of a request's exchange (captures): never changes them."""
+
+    def upstream_head(self, status: int, headers: Headers) -> None: ...
+
+    @property
+    def upstream(self) -> Sink: ...
+
+    @property
+    def client(self) -> Sink: ...
+
+
+@attrs.frozen
+class ProxiedRequest:
+    """What the client asked for, as the relay forwards it."""
+
+    method: str
+    path: str  # decoded, for routing and records
+    raw_path: bytes  # as the client encoded it, for forwarding
+    query: bytes
+    headers: Headers
+    #: False for a generation request that asked for no stream: the upstream sends its
+    #: headers only when the whole answer is ready, so only ``total`` bounds the wait.
+    first_byte_applies: bool = True
+
+
+@attrs.frozen
+class UpstreamTarget:
+    """One upstream a request may go to: its client, deadlines and the body it gets
+    (normalization and model rewrites can differ per upstream)."""
+
+    client: UpstreamClient
+    timeouts: TimeoutsConfig
+    body: bytes
+
+
+@attrs.frozen
+class Exchange:
+    """Everything the relay needs to carry out one request."""
+
+    request: ProxiedRequest
+    #: Every upstream of the request's route by name; ``plan`` says which to try.
+    targets: Mapping[str, UpstreamTarget]
+    plan: RetryPlan
+    #: ``[timeouts]``: ``total`` and ``client_write`` bound the whole exchange (each
+    #: upstream's own deadlines come from its target).
+    timeouts: TimeoutsConfig
+    observer_factory: ObserverFactory = pass_through
+    error_shape: ErrorShape = ErrorShape.OPENAI
+    max_event_bytes: int = 16 * 1024 * 1024
+    #: Whether ending a response without its final message makes the server break the
+    #: connection (HTTP/1.1). Hypercorn's HTTP/2 leaves such a stream open, so there a
+    #: cut-short body is ended normally rather than left hanging.
+    can_abort: bool = True
+    #: Headers proxai adds to the response (x-proxai-request-id).
+    response_headers: Sequence[tuple[bytes, bytes]] = ()

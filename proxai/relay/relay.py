@@ -1,0 +1,393 @@
+"""The relay: one trio nursery per proxied request.
+
+Four tasks share the request's nursery, linked by bounded memory channels so
+that a slow client slows the upstream read instead of filling proxai's memory::
+
+    upstream ──httpx──▶ reader ──(frames)──▶ observer ──(bytes)──▶ writer ──▶ client
+                                                                   watcher ◀── disconnect
+
+- the **reader** is the only task that touches the upstream response: it opens
+  it (:mod:`proxai.relay.attempts`) and reads it (:mod:`proxai.relay.reader`):
+  whole SSE frames, each read stamped on the upstream clock, then how it ended;
+- the **observer** feeds each batch of frames to the protocol's sans-io
+  observer, forwards the bytes unchanged, and waits for the next batch no
+  longer than the observer's deadline (and the request's ``total``); when one
+  passes it cancels the reader (closing the upstream connection). How the
+  response then ends is decided by :func:`proxai.relay.ending.decide`;
+- the **writer** (:class:`proxai.relay.writer.Writer`) is the only task that
+  sends to the client;
+- the **watcher** waits for the client to go away, and then cancels the whole
+  nursery: the upstream connection is closed at once and nothing of the
+  request outlives it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+
+import attrs
+import trio
+
+from ..errors import SHUTDOWN_MESSAGE, ProxyError, shutdown_error
+from ..outcome import Outcome, OutcomeKind
+from ..protocols.observer import ObserverSnapshot, PassThroughObserver, StreamObserver, Verdict
+from ..upstream.client import UpstreamResponse
+from ..wire.sse import SSEFrame
+from . import ending
+from .attempts import AttemptHook, open_upstream
+from .clock import UpstreamClock
+from .exchange import Exchange, Tap, UpstreamTarget
+from .messages import Body, End, Head, ToObserver, ToWriter
+from .reader import read_body
+from .writer import Downstream, Writer
+
+__all__ = ["READER_CHANNEL_SIZE", "WRITER_CHANNEL_SIZE", "Relay", "StreamSnapshot"]
+
+# Channel capacities, in messages (one upstream read or one batch of frames each).
+# Small on purpose: backpressure from a slow client must reach the upstream socket.
+READER_CHANNEL_SIZE = 4
+WRITER_CHANNEL_SIZE = 4
+
+
+@attrs.frozen
+class StreamSnapshot:
+    """The live view's picture of one request now: its shape, never its content."""
+
+    request_id: str | None
+    method: str
+    path: str
+    model: str | None
+    route: str | None
+    upstream: str | None
+    attempts: int
+    stage: str  # "waiting for the upstream", "streaming", "client stalled"
+    age_s: float
+    total_left: float
+    events: int
+    bytes_out: int
+    observer: ObserverSnapshot
+
+
+class _WriterBlocked(Exception):
+    """The writer has been blocked on the client too long: ``client_stalled``
+    (``timeouts.client_write``) or ``total_timeout``. ``pending`` holds the bytes
+    that could not be handed over (they are delivered if the client reads again)."""
+
+    def __init__(self, kind: OutcomeKind, pending: bytes) -> None:
+        super().__init__(kind.value)
+        self.kind = kind
+        self.pending = pending
+
+
+class Relay:
+    """Proxies one request to the upstream and its response to ``downstream``."""
+
+    def __init__(
+        self,
+        exchange: Exchange,
+        downstream: Downstream,
+        outcome: Outcome | None = None,
+        *,
+        tap: Tap | None = None,
+        on_attempt: AttemptHook | None = None,
+    ) -> None:
+        self._exchange = exchange
+        self._downstream = downstream
+        self._tap = tap
+        self._on_attempt = on_attempt
+        request = exchange.request
+        self.outcome = outcome or Outcome(request.method, request.path)
+        self._timeouts = exchange.timeouts
+        self._writer = Writer(
+            downstream,
+            self.outcome,
+            client_write=exchange.timeouts.client_write,
+            error_shape=exchange.error_shape,
+            response_headers=exchange.response_headers,
+            tap=tap,
+        )
+        self._observer: StreamObserver = PassThroughObserver()
+        self._started = 0.0
+        self._total_deadline = math.inf
+        self._clock = UpstreamClock()
+        #: Cancelled by the observer task when it ends the stream itself, so the
+        #: upstream connection closes while the closing bytes go out; and by stop().
+        self._reader_scope = trio.CancelScope()
+        #: Set by :meth:`stop` (shutdown): the reader ends the stream as a fault.
+        self._stopping = False
+        #: The reader has handed the upstream's head on: the response has begun.
+        self._sent_head = False
+        #: The upstream that answered (the last attempt's).
+        self._target: UpstreamTarget | None = None
+
+    def _elapsed(self) -> float:
+        return trio.current_time() - self._started
+
+    async def run(self) -> Outcome:
+        """Relay until the response is complete or the client is gone."""
+        self._started = trio.current_time()
+        self._total_deadline = self._started + self._timeouts.total
+        up_send, up_recv = trio.open_memory_channel[ToObserver](READER_CHANNEL_SIZE)
+        out_send, out_recv = trio.open_memory_channel[ToWriter](WRITER_CHANNEL_SIZE)
+        async with trio.open_nursery() as nursery:
+            # The nursery's scope is cancelled by the watcher (client gone) and by
+            # the writer (response done, so the watcher can stop).
+            nursery.start_soon(self._watch_disconnect, nursery.cancel_scope)
+            nursery.start_soon(self._read_upstream, up_send)
+            nursery.start_soon(self._observe, up_recv, out_send)
+            nursery.start_soon(self._writer.run, out_recv, nursery.cancel_scope)
+        self.outcome.total_s = self._elapsed()
+        return self.outcome
+
+    def snapshot(self) -> StreamSnapshot:
+        """The live view's picture of this request now."""
+        outcome = self.outcome
+        stage = "waiting for the upstream" if not self._sent_head else "streaming"
+        if self._writer.after_stall is not None:
+            stage = "client stalled"
+        return StreamSnapshot(
+            request_id=outcome.request_id,
+            method=outcome.method,
+            path=outcome.path,
+            model=outcome.model,
+            route=outcome.route,
+            upstream=outcome.upstream,
+            attempts=len(outcome.attempts),
+            stage=stage,
+            age_s=round(self._elapsed(), 3),
+            total_left=round(self._total_deadline - trio.current_time(), 3),
+            events=outcome.events,
+            bytes_out=outcome.bytes_out,
+            observer=self._observer.snapshot(self._clock.now()),
+        )
+
+    def stop(self) -> None:
+        """End the request now (proxai is shutting down): before the first byte as a
+        503, after it with the protocol's error, like any upstream fault."""
+        self._stopping = True
+        self._reader_scope.cancel()
+
+    # -- watcher -----------------------------------------------------------------------
+
+    async def _watch_disconnect(self, request_scope: trio.CancelScope) -> None:
+        await self._downstream.wait_disconnect()
+        if not self._writer.delivered and self.outcome.kind is not OutcomeKind.CLIENT_STALLED:
+            self.outcome.kind = OutcomeKind.CLIENT_DISCONNECTED
+        request_scope.cancel()
+
+    # -- reader ------------------------------------------------------------------------
+
+    async def _read_upstream(self, channel: trio.MemorySendChannel[ToObserver]) -> None:
+        send = self._clock.send_paused
+        async with channel, AsyncExitStack() as stack:
+            with self._reader_scope:
+                self._target, opened = await open_upstream(
+                    stack,
+                    self._exchange,
+                    self.outcome,
+                    started=self._started,
+                    total_deadline=self._total_deadline,
+                    on_attempt=self._on_attempt,
+                )
+                if isinstance(opened, ProxyError):
+                    await send(channel, opened)
+                    return
+                await self._read_body(opened, channel)
+            if self._stopping and self._reader_scope.cancelled_caught:
+                # Cancelled by stop(): report it as the stream's end, which the
+                # observer answers with its protocol's error.
+                await send(
+                    channel,
+                    End(self._clock.now(), OutcomeKind.SHUTDOWN, detail=SHUTDOWN_MESSAGE)
+                    if self._sent_head
+                    else shutdown_error(),
+                )
+
+    async def _read_body(
+        self, response: UpstreamResponse, channel: trio.MemorySendChannel[ToObserver]
+    ) -> None:
+        self.outcome.first_byte_s = self._elapsed()
+        self._sent_head = True
+        await read_body(
+            response,
+            channel,
+            clock=self._clock,
+            outcome=self.outcome,
+            tap=self._tap,
+            max_event_bytes=self._exchange.max_event_bytes,
+        )
+
+    # -- observer ----------------------------------------------------------------------
+
+    async def _observe(
+        self,
+        upstream: trio.MemoryReceiveChannel[ToObserver],
+        client: trio.MemorySendChannel[ToWriter],
+    ) -> None:
+        async with upstream, client:
+            head = await upstream.receive()
+            if isinstance(head, ProxyError):
+                self.outcome.kind = self.outcome.kind or head.kind or OutcomeKind.PROXY_ERROR
+                self.outcome.detail = head.message
+                await client.send(head)
+                return
+            assert isinstance(head, Head)
+            self.outcome.status = head.status
+            self.outcome.streaming = head.sse
+            assert self._target is not None
+            timeouts = self._target.timeouts
+            if head.sse:
+                self._observer = self._exchange.observer_factory(timeouts)
+            self._observer.on_start(head.at)
+            await client.send(head)
+            writer = self._writer
+            try:
+                verdict, forwarded = await self._relay_body(upstream, client)
+            except _WriterBlocked as blocked:
+                # The client has accepted nothing for too long: let go of the upstream
+                # now; the writer delivers the closing bytes if the client ever reads.
+                self._reader_scope.cancel()
+                blocked.pending += self._drain_queued(upstream)
+                if blocked.kind is OutcomeKind.CLIENT_STALLED:
+                    verdict = self._observer.on_client_stalled(self._timeouts.client_write)
+                else:
+                    verdict = self._observer.on_total_timeout(self._clock.now())
+                forwarded = True
+                writer.after_stall = blocked.pending + verdict.closing
+            end = ending.decide(
+                verdict,
+                status=head.status,
+                forwarded=forwarded,
+                finished=self._observer.finished,
+                can_abort=self._exchange.can_abort,
+            )
+            self._observer.fill(self.outcome)
+            self.outcome.kind = end.kind
+            self.outcome.detail = end.detail
+            if end.error is not None:
+                self.outcome.status = end.error.status
+                await client.send(end.error)
+            elif end.closing and writer.after_stall is None:
+                try:
+                    await self._to_writer(client, end.closing)
+                except _WriterBlocked as blocked:
+                    writer.after_stall = blocked.pending
+            writer.abort = end.abort
+
+    async def _relay_body(
+        self,
+        upstream: trio.MemoryReceiveChannel[ToObserver],
+        client: trio.MemorySendChannel[ToWriter],
+    ) -> tuple[Verdict, bool]:
+        """Forward body bytes until the upstream ends or a deadline passes.
+
+        Returns the verdict and whether any byte went to the client.
+        """
+        forwarded = False
+        while True:
+            message = await self._next_message(upstream, self._observer)
+            if message is None:  # a deadline passed first
+                self._reader_scope.cancel()
+                if trio.current_time() >= self._total_deadline:
+                    return self._observer.on_total_timeout(self._clock.now()), forwarded
+                return self._observer.on_deadline(self._clock.now()), forwarded
+            if isinstance(message, Body):
+                self._observe_frames(message)
+                if message.data:
+                    forwarded = True
+                    await self._to_writer(client, message.data)
+                continue
+            assert isinstance(message, End)
+            verdict = self._observer.on_end(
+                fault=message.fault, detail=message.detail, now=message.at
+            )
+            # An unfinished last event is forwarded when proxai adds nothing after
+            # it (the client's parser drops it, as it would have without proxai);
+            # it is dropped when proxai appends an event, which must start at a
+            # boundary.
+            if message.tail and (not verdict.closing or not message.tail.strip(b"\r\n")):
+                forwarded = True
+                await self._to_writer(client, message.tail)
+            return verdict, forwarded
+
+    def _drain_queued(self, upstream: trio.MemoryReceiveChannel[ToObserver]) -> bytes:
+        """The bytes of reads already queued by the reader, observed, for the writer."""
+        data: list[bytes] = []
+        while True:
+            try:
+                message = upstream.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel):
+                return b"".join(data)
+            if isinstance(message, Body):
+                self._observe_frames(message)
+                data.append(message.data)
+
+    def _observe_frames(self, message: Body) -> None:
+        """Count and feed a read's frames; if the observer fails on odd input, relay on
+        without it."""
+        if message.frames:
+            self._count(message.frames)
+        try:
+            self._observer.on_frames(message.frames, message.at)
+        except Exception as exc:
+            self.outcome.anomalies.append(
+                f"observer failed ({type(exc).__name__}: {exc}); relaying without it"
+            )
+            self._observer = PassThroughObserver()
+
+    async def _to_writer(self, client: trio.MemorySendChannel[ToWriter], data: bytes) -> None:
+        """Hand bytes to the writer; raise :class:`_WriterBlocked` if the client has
+        accepted nothing for ``client_write`` seconds, or ``total`` passes, meanwhile.
+
+        The server may shield its socket writes, so a writer blocked on a client that
+        does not read cannot be cancelled; the upstream must not wait with it.
+        """
+        try:
+            client.send_nowait(data)
+        except trio.WouldBlock:
+            pass
+        else:
+            return
+        while True:
+            since = self._writer.writing_since
+            if since is None:  # between two sends: it gets a full period from now
+                since = trio.current_time()
+            with trio.move_on_at(min(since + self._timeouts.client_write, self._total_deadline)):
+                await client.send(data)
+                return
+            if trio.current_time() >= self._total_deadline:
+                raise _WriterBlocked(OutcomeKind.TOTAL_TIMEOUT, data)
+            if self._writer.writing_since == since:
+                raise _WriterBlocked(OutcomeKind.CLIENT_STALLED, data)
+
+    async def _next_message(
+        self,
+        upstream: trio.MemoryReceiveChannel[ToObserver],
+        observer: StreamObserver,
+    ) -> ToObserver | None:
+        """The reader's next message, or ``None`` if a deadline passes first.
+
+        A message already queued is taken without looking at the clock: it
+        arrived while proxai was busy downstream, so the upstream was not
+        silent. Otherwise the reader is waiting on the upstream, the upstream
+        clock runs with trio's, and the observer's deadline converts directly.
+        """
+        try:
+            return upstream.receive_nowait()
+        except trio.WouldBlock:
+            pass
+        deadline = self._total_deadline
+        observer_deadline = observer.deadline()
+        if observer_deadline != math.inf:
+            deadline = min(deadline, trio.current_time() + (observer_deadline - self._clock.now()))
+        with trio.move_on_at(deadline):
+            return await upstream.receive()
+        return None
+
+    def _count(self, frames: Sequence[SSEFrame]) -> None:
+        events = sum(1 for f in frames if f.data is not None)
+        if events and self.outcome.first_event_s is None:
+            self.outcome.first_event_s = self._elapsed()
+        self.outcome.events += events

@@ -1,0 +1,216 @@
+"""The writer: the only code that sends the response to the client.
+
+It writes through a :class:`Downstream` (the ASGI server, in proxai: see
+:mod:`proxai.service.asgi_io`), so the relay knows nothing of ASGI. It holds
+the response head back until the first body bytes, so a stream that fails
+before its first byte becomes a plain HTTP error the client can retry; joins
+bytes that queued behind a slow send; and makes the response's last send.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Protocol
+
+import trio
+
+from ..errors import ErrorShape, ProxyError
+from ..outcome import Outcome
+from ..wire.headers import Headers, response_headers_for_client
+from .exchange import Tap
+from .messages import Head, ToWriter
+
+__all__ = ["JOIN_MAX_BYTES", "Downstream", "Writer", "error_response", "send_error"]
+
+#: The most bytes the writer joins into one send: httpcore's read size, so a joined
+#: send is never larger than a single upstream read can be.
+JOIN_MAX_BYTES = 64 * 1024
+
+
+class Downstream(Protocol):
+    """Where a response goes: the client's side of the exchange."""
+
+    async def send_head(self, status: int, headers: Headers) -> None:
+        """The status line and headers."""
+        ...
+
+    async def send_body(self, data: bytes, *, more: bool = True) -> None:
+        """Body bytes; ``more=False`` ends the body (``data`` may be empty)."""
+        ...
+
+    async def wait_disconnect(self) -> None:
+        """Return once the client is gone (the server only says so here)."""
+        ...
+
+
+def error_response(
+    error: ProxyError, shape: ErrorShape, extra_headers: Sequence[tuple[bytes, bytes]] = ()
+) -> tuple[Headers, bytes]:
+    """The headers and body of ``error`` as an HTTP response in the route's error format."""
+    body = error.body(shape)
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        *error.headers,
+        *extra_headers,
+    ]
+    return headers, body
+
+
+async def send_error(
+    downstream: Downstream,
+    error: ProxyError,
+    shape: ErrorShape = ErrorShape.OPENAI,
+    extra_headers: Sequence[tuple[bytes, bytes]] = (),
+) -> bytes:
+    """Answer with ``error``; the body sent."""
+    headers, body = error_response(error, shape, extra_headers)
+    await downstream.send_head(error.status, headers)
+    await downstream.send_body(body, more=False)
+    return body
+
+
+class Writer:
+    """The relay's writer task and the state the observer task shares with it."""
+
+    def __init__(
+        self,
+        downstream: Downstream,
+        outcome: Outcome,
+        *,
+        client_write: float,
+        error_shape: ErrorShape,
+        response_headers: Sequence[tuple[bytes, bytes]],
+        tap: Tap | None,
+    ) -> None:
+        self._downstream = downstream
+        self._outcome = outcome
+        self._client_write = client_write
+        self._error_shape = error_shape
+        self._response_headers = list(response_headers)
+        self._tap = tap
+        #: When the current send began (None between sends): the observer task bounds
+        #: a blocked send by ``client_write`` from here.
+        self.writing_since: float | None = None
+        #: Closing bytes to send once a stalled client reads again (set by the observer).
+        self.after_stall: bytes | None = None
+        #: End the response without its final message (set by the observer): the server
+        #: then closes the connection, and the client sees the body broken, as the
+        #: upstream's was.
+        self.abort = False
+        #: Every body byte has been handed to the server: a disconnect after that is the
+        #: client closing a finished exchange, not an abort.
+        self.delivered = False
+
+    async def run(
+        self, channel: trio.MemoryReceiveChannel[ToWriter], request_scope: trio.CancelScope
+    ) -> None:
+        """Write until the observer closes ``channel``, then cancel ``request_scope`` (the
+        response is done, so the disconnect watcher can stop)."""
+        async with channel:
+            message: ToWriter | None = await channel.receive()
+            if isinstance(message, Head):
+                head = message
+                # The head is held until the first body bytes: until then the stream
+                # can still turn into an HTTP error.
+                try:
+                    message = await channel.receive()
+                except trio.EndOfChannel:
+                    message = None
+                if not isinstance(message, ProxyError):
+                    await self._send_head(head)
+                    if message is not None:
+                        await self._send_body_until_closed(message, channel)
+                    if self.after_stall:
+                        await self._send_body(self.after_stall)
+                    self.delivered = True
+                    if not self.abort:
+                        with self._closing_send(), self._sending():
+                            await self._downstream.send_body(b"", more=False)
+            if isinstance(message, ProxyError):
+                self._outcome.status = message.status
+                self.delivered = True
+                with self._closing_send():
+                    body = await self._send_error(message)
+                if self._tap is not None:
+                    self._tap.client.add(body)
+        request_scope.cancel()
+
+    async def _send_body_until_closed(
+        self, first: ToWriter, channel: trio.MemoryReceiveChannel[ToWriter]
+    ) -> None:
+        """Send body bytes until the observer closes the channel.
+
+        Bytes already queued behind the ones in hand go out with them in one send (up
+        to :data:`JOIN_MAX_BYTES`): under load that saves a send per read, and nothing
+        waits to be joined. The cap keeps one send no larger than one upstream read
+        can be, so ``client_write``, which bounds one send, means what it did."""
+        message: ToWriter | None = first
+        while message is not None:
+            assert isinstance(message, bytes)
+            batch = [message]
+            size = len(message)
+            message = None
+            ended = False
+            while size < JOIN_MAX_BYTES:
+                try:
+                    queued = channel.receive_nowait()
+                except trio.WouldBlock:
+                    break
+                except trio.EndOfChannel:
+                    ended = True
+                    break
+                assert isinstance(queued, bytes)
+                if size + len(queued) > JOIN_MAX_BYTES:
+                    message = queued  # the next send's
+                    break
+                batch.append(queued)
+                size += len(queued)
+            await self._send_body(b"".join(batch))  # one part: joined as itself, no copy
+            if ended:
+                return
+            if message is None:
+                try:
+                    message = await channel.receive()
+                except trio.EndOfChannel:
+                    return
+
+    def _closing_send(self) -> trio.CancelScope:
+        """A scope for the response's last send. The server may close the connection
+        inside it (shutting down, or ``Connection: close``), which tells the watcher
+        the client is gone; the watcher's cancel must not cut that close short and
+        leave the socket open. Bounded like any write to the client."""
+        return trio.CancelScope(shield=True, deadline=trio.current_time() + self._client_write)
+
+    @contextmanager
+    def _sending(self) -> Iterator[None]:
+        """Around one send to the client: notes when it started (``writing_since``)."""
+        self.writing_since = trio.current_time()
+        try:
+            yield
+        finally:
+            self.writing_since = None
+
+    async def _send_error(self, error: ProxyError) -> bytes:
+        headers, body = error_response(error, self._error_shape, self._response_headers)
+        with self._sending():
+            await self._downstream.send_head(error.status, headers)
+        with self._sending():
+            await self._downstream.send_body(body, more=False)
+        return body
+
+    async def _send_head(self, head: Head) -> None:
+        headers = response_headers_for_client(head.headers, keep_content_length=not head.sse)
+        if self._response_headers:  # proxai's own replace the upstream's (a chained proxai)
+            own = {name for name, _ in self._response_headers}
+            headers = [(n, v) for n, v in headers if n not in own] + self._response_headers
+        with self._sending():
+            await self._downstream.send_head(head.status, headers)
+
+    async def _send_body(self, data: bytes) -> None:
+        self._outcome.bytes_out += len(data)
+        if self._tap is not None:
+            self._tap.client.add(data)
+        with self._sending():
+            await self._downstream.send_body(data)

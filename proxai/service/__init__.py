@@ -1,0 +1,1 @@
+"""The server: ASGI app, admission, live view, hypercorn and worker processes."""

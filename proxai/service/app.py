@@ -1,0 +1,441 @@
+"""The ASGI application: lifespan, what proxai answers itself, and each proxied request.
+
+It answers health, metrics and the live view itself; admits each other request
+(:mod:`proxai.service.gate` and the checks below: nothing is read or sent
+upstream for a refused one), reads and checks its body against its API's
+projection (:mod:`proxai.protocols.table`), routes it, and hands an
+:class:`~proxai.relay.exchange.Exchange` to a :class:`~proxai.relay.relay.Relay`.
+The upstream clients live from lifespan startup to lifespan shutdown. ASGI's
+message shapes are known here and in :mod:`proxai.service.asgi_io` only.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import unquote
+
+import attrs
+import orjson
+import trio
+
+from ..config import Config
+from ..config import Protocol as UpstreamKind
+from ..errors import ProxyError
+from ..ops.capture import Capture, Captures
+from ..ops.metrics import CONTENT_TYPE_LATEST, Metrics
+from ..ops.request_log import RequestLog
+from ..outcome import Outcome, OutcomeKind
+from ..policy.auth import ClientKeys
+from ..policy.normalize import normalize_body
+from ..policy.retry import RetryPlan
+from ..policy.routes import Router
+from ..protocols.table import UPSTREAM_PROTOCOLS, Api, ClientSdk, api_for, upstream_kind_for
+from ..relay.exchange import Exchange, ObserverFactory, ProxiedRequest, UpstreamTarget, pass_through
+from ..relay.relay import Relay
+from ..relay.writer import send_error
+from ..upstream.client import UpstreamClient
+from ..wire.headers import Headers
+from ..wire.json_body import load_json_object
+from .asgi_io import AsgiDownstream, ASGIReceive, ASGISend, read_body, send_plain
+from .gate import Gate
+from .live_view import PREFIX, LiveView
+
+__all__ = ["REQUEST_ID_HEADER", "OutcomeHook", "ProxaiApp", "UpstreamFactory"]
+
+#: proxai's id of a request: returned to the client, sent upstream, in every record.
+REQUEST_ID_HEADER = b"x-proxai-request-id"
+
+OutcomeHook = Callable[[Outcome], None]
+#: Builds the client of one upstream: ``factory(upstream, timeouts, name=name)``.
+UpstreamFactory = Callable[..., UpstreamClient]
+
+
+@attrs.frozen
+class Incoming:
+    """A client's request as proxai first sees it, before its body."""
+
+    method: str
+    path: str  # decoded
+    raw_path: bytes  # as the client encoded it
+    #: The path an upstream would see after normalizing it ("/v1//responses/" is
+    #: /v1/responses): routes match it, so no spelling skips the observers.
+    route_path: str
+    query: bytes
+    #: The client's headers minus its own x-proxai-request-id, plus proxai's.
+    headers: Headers
+    request_id: str
+    #: The kind of upstream it goes to.
+    kind: UpstreamKind
+    #: The API whose stream or body it gets (``None``: relayed without an observer).
+    api: Api | None
+    #: The SDKs of its client: the error shape proxai answers in, where keys come.
+    sdk: ClientSdk
+    http2: bool
+
+    @property
+    def id_header(self) -> list[tuple[bytes, bytes]]:
+        return [(REQUEST_ID_HEADER, self.request_id.encode())]
+
+
+@attrs.frozen
+class _Prepared:
+    """What the body of a request says about how to route and observe it."""
+
+    data: dict[str, Any] | None  # the parsed body, when it is a JSON object
+    model: str | None
+    observer_factory: ObserverFactory
+    streaming: bool  # whether first_byte applies
+
+
+class ProxaiApp:
+    """ASGI 3 application; ``on_outcome`` is called with every request's outcome."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        on_outcome: OutcomeHook | None = None,
+        upstream_factory: UpstreamFactory = UpstreamClient,
+    ) -> None:
+        self.config = config
+        self._router = Router(config)
+        self._keys = ClientKeys.from_config(config.auth)
+        self._clients: dict[str, UpstreamClient] = {}
+        self._upstream_factory = upstream_factory
+        self._on_outcome = on_outcome
+        self._relays: set[Relay] = set()
+        self._gate = Gate(config.server, lambda: self._relays)
+        self._request_log = RequestLog(config.logging)
+        self._metrics = Metrics() if config.metrics.enabled else None
+        self._captures = Captures(config.capture) if config.capture.enabled else None
+        self._live_view = LiveView(
+            config.live_view,
+            self._keys,
+            streams=lambda: [relay.snapshot() for relay in self._relays],
+            draining=lambda: self._gate.draining,
+        )
+
+    @property
+    def in_flight(self) -> int:
+        return self._gate.in_flight
+
+    @property
+    def ready(self) -> bool:
+        """Started and not draining: what ``/readyz`` reports."""
+        return bool(self._clients) and not self._gate.draining
+
+    async def startup(self) -> None:
+        """Open a connection pool per upstream (lifespan startup)."""
+        self._clients = {
+            name: self._upstream_factory(upstream, self.config.timeouts_for(name), name=name)
+            for name, upstream in self.config.all_upstreams()
+        }
+
+    async def shutdown(self) -> None:
+        """Close the upstream connection pools (lifespan shutdown)."""
+        clients, self._clients = self._clients, {}
+        for client in clients.values():
+            await client.aclose()
+
+    def begin_drain(self) -> None:
+        """Stop taking requests (``/readyz`` turns 503; new ones get 503); the
+        lifespan task then runs :meth:`drain`."""
+        self._gate.begin_drain()
+
+    async def drain(self) -> None:
+        """See :meth:`proxai.service.gate.Gate.drain`."""
+        await self._gate.drain()
+
+    def hurry(self) -> None:
+        """End the drain now (a second SIGINT/SIGTERM): open streams get their error."""
+        self._gate.hurry()
+
+    async def __call__(self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
+        if scope["type"] == "http":
+            await self._http(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+
+    # -- lifespan ------------------------------------------------------------------------
+
+    async def _lifespan(self, receive: ASGIReceive, send: ASGISend) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._drain_when_asked)
+                await self._lifespan_messages(receive, send)
+                nursery.cancel_scope.cancel()
+        finally:
+            # A server cancelled without a graceful shutdown still closes the pools:
+            # their sockets must not wait for the garbage collector.
+            with trio.CancelScope(shield=True):
+                await self.shutdown()
+
+    async def _drain_when_asked(self) -> None:
+        await self._gate.wait_for_drain_request()
+        await self._gate.drain()
+
+    async def _lifespan_messages(self, receive: ASGIReceive, send: ASGISend) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as exc:  # reported to the server, which stops
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    # -- requests ------------------------------------------------------------------------
+
+    async def _http(self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
+        method: str = scope["method"]
+        path: str = scope["path"]
+        downstream = AsgiDownstream(send, receive)
+        if path in ("/healthz", "/readyz") and method in ("GET", "HEAD"):
+            await self._health(path, method, downstream)
+            return
+        if self._metrics is not None and path == self.config.metrics.path and method == "GET":
+            body = self._metrics.exposition()
+            await send_plain(downstream, 200, CONTENT_TYPE_LATEST.encode(), body)
+            return
+        if self.config.live_view.enabled and (path == PREFIX or path.startswith(PREFIX + "/")):
+            await self._live_view.handle(scope, downstream)
+            return
+        incoming = self._incoming(scope)
+        outcome = Outcome(method, path, request_id=incoming.request_id)
+        admitted = False
+        capture: Capture | None = None
+        try:
+            self._admit(incoming)
+            self._gate.enter()
+            admitted = True
+            # Refused requests are not captured: a flood of them must not push out the rest.
+            capture = self._captures.start() if self._captures is not None else None
+            if self._metrics is not None:
+                self._metrics.in_flight.inc()
+            if capture is not None:
+                capture.request_head(method, incoming.raw_path, incoming.query, incoming.headers)
+            await self._proxy(incoming, downstream, receive, outcome, capture)
+        except ProxyError as exc:
+            body = await send_error(downstream, exc, incoming.sdk.error_shape, incoming.id_header)
+            if capture is not None:
+                capture.client.add(body)
+            outcome.kind = exc.kind or OutcomeKind.PROXY_ERROR
+            outcome.status = exc.status
+            outcome.detail = exc.message
+        except Exception as exc:
+            outcome.kind = outcome.kind or OutcomeKind.PROXY_ERROR
+            outcome.detail = f"internal error: {type(exc).__name__}: {exc}"
+            raise
+        finally:
+            if admitted:
+                self._gate.leave()
+                if self._metrics is not None:
+                    self._metrics.in_flight.dec()
+            # Every request leaves a record, even one a bug or a shutdown cut short.
+            self._report(outcome)
+            if capture is not None and self._captures is not None:
+                with trio.move_on_after(5, shield=True):
+                    await self._captures.save(capture, outcome)
+
+    def _incoming(self, scope: dict[str, Any]) -> Incoming:
+        method: str = scope["method"]
+        path: str = scope["path"]
+        request_id = "req_" + secrets.token_hex(12)
+        # The client's own x-proxai-request-id is replaced: ids are proxai's.
+        headers: Headers = [(n, v) for n, v in scope["headers"] if n != REQUEST_ID_HEADER]
+        headers.append((REQUEST_ID_HEADER, request_id.encode()))
+        route_path = "/" + "/".join(part for part in path.split("/") if part)
+        kind = upstream_kind_for(route_path, headers, self._router.has_protocol)
+        api = api_for(method, route_path)
+        return Incoming(
+            method=method,
+            path=path,
+            raw_path=scope.get("raw_path") or path.encode(),
+            route_path=route_path,
+            query=scope.get("query_string", b""),
+            headers=headers,
+            request_id=request_id,
+            kind=kind,
+            api=api,
+            sdk=api.sdk if api is not None else UPSTREAM_PROTOCOLS[kind].sdk,
+            http2=scope.get("http_version") == "2",
+        )
+
+    def _admit(self, incoming: Incoming) -> None:
+        """Refuse what proxai will not relay, before reading the body or going upstream."""
+        _check_path(incoming.method, incoming.path, incoming.raw_path)
+        limit = self.config.server.max_header_bytes
+        # Hypercorn bounds a header block only while it is incomplete; this bounds it whole.
+        size = sum(len(n) + len(v) + 4 for n, v in incoming.headers) + len(incoming.raw_path)
+        if size > limit:
+            raise ProxyError(
+                431,
+                f"request headers are larger than the limit of {limit} bytes "
+                "(server.max_header_bytes)",
+                "invalid_request_error",
+                code="request_headers_too_large",
+            )
+        self._gate.check_open()
+        if self._keys is not None:
+            self._keys.check(incoming.headers, incoming.sdk)
+        self._gate.check_room()
+        if not self._clients:
+            raise ProxyError(503, "proxai is not started", "server_error")
+        if not self._router.has_protocol(incoming.kind):
+            self._router.route_for(incoming.kind, None)  # raises the 404 that says what is missing
+
+    async def _proxy(
+        self,
+        incoming: Incoming,
+        downstream: AsgiDownstream,
+        receive: ASGIReceive,
+        outcome: Outcome,
+        capture: Capture | None,
+    ) -> None:
+        """Read and route one admitted request, then relay it; raises ProxyError."""
+        server = self.config.server
+        body = await read_body(
+            incoming.headers,
+            receive,
+            limit=server.max_request_body_bytes,
+            seconds=self.config.timeouts.request_body,
+        )
+        if capture is not None:
+            capture.request.add(body)
+        prepared = self._prepare(incoming, body, outcome)
+        route = self._router.route_for(incoming.kind, prepared.model)
+        outcome.route = route.name
+        targets = {
+            name: UpstreamTarget(
+                self._clients[name],
+                self._clients[name].timeouts,
+                self._body_for(name, body, incoming.api, prepared, route.upstream_model),
+            )
+            for name in dict.fromkeys(route.upstreams)
+        }
+        request = ProxiedRequest(
+            incoming.method,
+            incoming.path,
+            incoming.raw_path,
+            incoming.query,
+            incoming.headers,
+            first_byte_applies=prepared.streaming,
+        )
+        exchange = Exchange(
+            request,
+            targets,
+            RetryPlan(route.upstreams, self.config.retries),
+            self.config.timeouts,
+            observer_factory=prepared.observer_factory,
+            error_shape=incoming.sdk.error_shape,
+            max_event_bytes=server.max_event_bytes,
+            can_abort=not incoming.http2,
+            response_headers=incoming.id_header,
+        )
+        on_attempt = self._metrics.attempt if self._metrics is not None else None
+        relay = Relay(exchange, downstream, outcome, tap=capture, on_attempt=on_attempt)
+        self._relays.add(relay)
+        try:
+            await relay.run()
+        finally:
+            self._relays.discard(relay)
+
+    def _prepare(self, incoming: Incoming, body: bytes, outcome: Outcome) -> _Prepared:
+        """Check and project the body of a generation request; pick its observer.
+
+        Says which model the request is for (routes match it), how to build the
+        observer for an event-stream answer, and whether ``first_byte`` applies: to
+        requests that ask for a stream or carry no body, not to a generation that
+        answers only once it is whole.
+        """
+        api = incoming.api
+        if api is not None and incoming.method == "GET":
+            # A resumed stream (GET /v1/responses/{id}?stream=true): no request to project.
+            return _Prepared(None, None, lambda timeouts: api.observer(timeouts, None), True)
+        if api is None:
+            data = _json_object_or_none(body)
+            model = data.get("model") if data is not None else None
+            streaming = not body or (data is not None and data.get("stream") is True)
+            return _Prepared(
+                data, model if isinstance(model, str) else None, pass_through, streaming
+            )
+        data = load_json_object(body)
+        projection = api.project(data)
+        outcome.model, outcome.tools = projection.model, projection.tool_names()
+        return _Prepared(
+            data,
+            projection.model,
+            lambda timeouts: api.observer(timeouts, projection),
+            projection.stream is True,
+        )
+
+    def _body_for(
+        self,
+        name: str,
+        body: bytes,
+        api: Api | None,
+        prepared: _Prepared,
+        upstream_model: str | None,
+    ) -> bytes:
+        """The body one upstream gets: the client's bytes unless a rewrite applies."""
+        passes = self._clients[name].config.normalize
+        instructions = api is not None and api.has_instructions
+        if prepared.data is None or (
+            upstream_model is None and not (instructions and passes.system_to_instructions)
+        ):
+            return body
+        data = orjson.loads(body)  # a fresh copy: each upstream's rewrites are its own
+        return normalize_body(
+            body, data, passes, responses=instructions, upstream_model=upstream_model
+        )
+
+    def _report(self, outcome: Outcome) -> None:
+        self._request_log(outcome)
+        if self._metrics is not None:
+            self._metrics.observe(outcome)
+        if self._on_outcome is not None:
+            self._on_outcome(outcome)
+
+    async def _health(self, path: str, method: str, downstream: AsgiDownstream) -> None:
+        ok = path == "/healthz" or self.ready
+        body = b'{"status":"ok"}' if ok else b'{"status":"draining"}'
+        if not self._clients and path == "/readyz":
+            body = b'{"status":"starting"}'
+        await send_plain(
+            downstream, 200 if ok else 503, b"application/json", body, with_body=method == "GET"
+        )
+
+
+def _check_path(method: str, path: str, raw_path: bytes) -> None:
+    decoded = unquote(raw_path.decode("latin-1"))
+    if any(segment in (".", "..") for segment in decoded.split("/")):
+        # Forwarded as sent, a dot segment could reach outside the upstream's /v1.
+        raise ProxyError.invalid_request(
+            f"invalid path {decoded!r}: '.' and '..' segments are not allowed",
+            code="invalid_path",
+        )
+    if not (path == "/v1" or path.startswith("/v1/")) or not raw_path.startswith(b"/v1"):
+        raise ProxyError(
+            404,
+            f"no route for {method} {path}: proxai serves /v1/..., /healthz and /readyz",
+            "invalid_request_error",
+            code="not_found",
+        )
+
+
+def _json_object_or_none(body: bytes) -> dict[str, Any] | None:
+    """A body on another route, parsed if it is a JSON object (for its model and stream)."""
+    if not body.lstrip().startswith(b"{"):
+        return None
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None

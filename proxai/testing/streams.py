@@ -1,0 +1,41 @@
+"""Reading SSE bodies in tests: the events a client would parse, as data.
+
+Tests of proxai, and of code behind it, keep asking the same questions of a
+response body: which events did it carry, and did it end at an event boundary
+(a client left mid-event has lost the last event). These answer them with
+proxai's own framer, so they split exactly as the relay does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ..wire.sse import SSEFrame, SSEFramer
+
+__all__ = ["FAST_TIMEOUTS", "data_frames", "payloads"]
+
+#: Short deadlines for real-socket tests that must stall quickly (seconds).
+FAST_TIMEOUTS = {"first_byte": 2.0, "idle": 0.6, "tool_arguments": 0.3, "total": 30.0}
+
+
+def data_frames(body: bytes, *, whole: bool = True) -> list[SSEFrame]:
+    """The frames of ``body`` that carry a ``data`` field (comments left out).
+
+    With ``whole`` (the default), fail if ``body`` ends inside an event.
+    """
+    framer = SSEFramer()
+    frames = [f for f in framer.feed(body) if f.data is not None]
+    if whole:
+        assert framer.close() == b"", "the client was left mid-event"
+    return frames
+
+
+def payloads(body: bytes, *, whole: bool = True) -> list[Any]:
+    """The JSON of each event in ``body``, in order; Chat's ``[DONE]`` is left out."""
+    return [
+        orjson.loads(f.data)
+        for f in data_frames(body, whole=whole)
+        if f.data is not None and f.data != b"[DONE]"
+    ]

@@ -1,0 +1,1 @@
+"""The upstream HTTP client (httpx)."""

@@ -1,0 +1,238 @@
+"""The upstream client: the only module that knows httpx.
+
+httpx runs natively on trio, so cancelling the task that reads a response
+closes that response's connection (an unfinished HTTP/1.1 response can never go
+back to the pool). Deadlines other than ``connect`` are not httpx timeouts:
+the relay enforces them with trio cancel scopes, so they measure what proxai
+means (silence of the upstream), not the gap between two socket reads.
+"""
+
+from __future__ import annotations
+
+import functools
+import ssl
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+
+import attrs
+import httpx
+
+from ..config import TimeoutsConfig, UpstreamConfig
+from ..errors import ProxyError
+from ..outcome import OutcomeKind
+from ..protocols.table import UPSTREAM_PROTOCOLS
+from ..wire.headers import Headers, request_headers_for_upstream
+
+__all__ = ["UpstreamBroken", "UpstreamClient", "UpstreamResponse"]
+
+
+#: Connection pools per upstream, and requests in flight each takes before the next
+#: one is used (see UpstreamClient.__init__).
+POOL_SHARDS = 8
+SHARD_REQUESTS = 4
+
+
+class UpstreamBroken(Exception):
+    """The upstream connection failed after the response started (reset, bad framing)."""
+
+
+@attrs.define
+class UpstreamResponse:
+    """Status and headers of an upstream response, and a way to read its body."""
+
+    status: int
+    headers: Headers
+    _response: httpx.Response
+
+    async def iter_body(self) -> AsyncIterator[bytes]:
+        """Body bytes as they arrive, undecoded; raises :class:`UpstreamBroken`."""
+        try:
+            async for chunk in self._response.aiter_raw():
+                yield chunk
+        except (httpx.ReadError, httpx.RemoteProtocolError) as exc:
+            raise UpstreamBroken(str(exc) or type(exc).__name__) from exc
+
+
+def _own_headers(upstream: UpstreamConfig) -> list[tuple[bytes, bytes]]:
+    """The configured headers, then proxai's key the way this upstream wants it: a
+    bearer token, or Anthropic's ``x-api-key``."""
+    own = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in upstream.headers.items()]
+    key = upstream.resolved_api_key()
+    if key:
+        own.append(UPSTREAM_PROTOCOLS[upstream.protocol].credential(key))
+    return own
+
+
+def _verify(upstream: UpstreamConfig) -> ssl.SSLContext | bool:
+    """TLS verification: on by default, against ``ca_bundle`` when one is set."""
+    if not upstream.verify:
+        return False
+    if upstream.ca_bundle is None:
+        return True  # httpx's default: certifi's CA bundle
+    return ssl.create_default_context(cafile=upstream.ca_bundle)
+
+
+def _reason(exc: BaseException) -> str:
+    """The first non-empty message down the exception chain (httpx's ConnectError
+    for a TLS failure says nothing; the ssl error it wraps says what went wrong)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if str(seen):
+            return str(seen)
+        seen = seen.__cause__ or seen.__context__
+    return ""
+
+
+class UpstreamClient:
+    """A pooled HTTP client for one upstream base URL, with proxai's credentials."""
+
+    def __init__(
+        self,
+        upstream: UpstreamConfig,
+        timeouts: TimeoutsConfig,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        name: str = "default",
+    ) -> None:
+        self.config = upstream
+        self.name = name
+        self.timeouts = timeouts  # [timeouts] with this upstream's overrides
+        self._base = httpx.URL(upstream.url)
+        self._own_headers = _own_headers(upstream)
+        self._url_cache = functools.lru_cache(maxsize=1024)(self._build_url)
+        # Requests go straight to httpx's transport (its public low-level API): the
+        # client layer's per-request work (redirects, auth, cookies, event hooks,
+        # timeout merging) is work a proxy does not want, and about half of the
+        # client's CPU per request.
+        #
+        # httpcore's pool checks every pooled connection (a poll() each) on every
+        # request and every close, so its cost grows with the number of connections.
+        # Requests go to the first of POOL_SHARDS pools with fewer than SHARD_REQUESTS
+        # in flight (the least busy when all are full): a light load keeps reusing the
+        # first pool's warm connections, a heavy one spreads so that each request
+        # scans only its own pool's few.
+        verify = _verify(upstream)
+        self._transports: list[httpx.AsyncBaseTransport] = (
+            [transport]
+            if transport is not None
+            else [
+                httpx.AsyncHTTPTransport(
+                    verify=verify,
+                    limits=httpx.Limits(
+                        max_connections=None,
+                        max_keepalive_connections=256 // POOL_SHARDS,
+                    ),
+                    trust_env=False,
+                )
+                for _ in range(POOL_SHARDS)
+            ]
+        )
+        self._busy = [0] * len(self._transports)  # requests in flight per pool
+        self._timeouts = {"connect": timeouts.connect, "read": None, "write": None, "pool": None}
+
+    async def aclose(self) -> None:
+        for transport in self._transports:
+            await transport.aclose()
+
+    def url_for(self, raw_path: bytes, query: bytes) -> httpx.URL:
+        """The upstream URL of a path and query (see :meth:`_build_url`), cached: a
+        proxy sees the same few paths again and again, and httpx's URL parsing is a
+        noticeable part of a request's CPU."""
+        return self._url_cache(raw_path, query)
+
+    def _build_url(self, raw_path: bytes, query: bytes) -> httpx.URL:
+        """``/v1/responses`` on proxai maps to ``{base_url}/responses`` upstream.
+
+        The path goes out as the client encoded it (``%2F`` stays ``%2F``): decoding
+        and re-encoding could turn an escaped ``?`` or ``/`` into a real one.
+        """
+        suffix = raw_path[3:] if raw_path.startswith(b"/v1") else raw_path
+        target = self._base.raw_path.rstrip(b"/") + suffix
+        if query:
+            target += b"?" + query
+        return self._base.copy_with(raw_path=target)
+
+    @asynccontextmanager
+    async def open(
+        self,
+        method: str,
+        raw_path: bytes,
+        query: bytes,
+        client_headers: Iterable[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> AsyncIterator[UpstreamResponse]:
+        """Send the request; yield once the response headers are in; close on exit.
+
+        Raises :class:`ProxyError` (502) when no connection can be made.
+        """
+        busy = self._busy
+        shard = next((i for i, n in enumerate(busy) if n < SHARD_REQUESTS), None)
+        if shard is None:
+            shard = busy.index(min(busy))
+        busy[shard] += 1
+        try:
+            response = await self._send(shard, method, raw_path, query, client_headers, body)
+            try:
+                yield UpstreamResponse(response.status_code, list(response.headers.raw), response)
+            finally:
+                await response.aclose()
+        finally:
+            busy[shard] -= 1
+
+    async def _send(
+        self,
+        shard: int,
+        method: str,
+        raw_path: bytes,
+        query: bytes,
+        client_headers: Iterable[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> httpx.Response:
+        """Send the request through pool ``shard``; the response once its headers are in."""
+        headers = request_headers_for_upstream(client_headers, self._own_headers)
+        request = httpx.Request(
+            method,
+            self.url_for(raw_path, query),
+            headers=headers,
+            content=body,
+            extensions={"timeout": self._timeouts},
+        )
+        try:
+            response = await self._transports[shard].handle_async_request(request)
+        except httpx.ConnectTimeout:
+            raise ProxyError(
+                502,
+                f"could not connect to the upstream within {self.timeouts.connect} s",
+                "server_error",
+                code="upstream_connect_timeout",
+                kind=OutcomeKind.UPSTREAM_UNREACHABLE,
+            ) from None
+        except (httpx.ConnectError, httpx.UnsupportedProtocol) as exc:
+            raise ProxyError(
+                502,
+                f"could not reach the upstream: {type(exc).__name__}: {_reason(exc)}".rstrip(": "),
+                "server_error",
+                code="upstream_unreachable",
+                kind=OutcomeKind.UPSTREAM_UNREACHABLE,
+            ) from None
+        except httpx.LocalProtocolError:
+            # The request could not be written (h11 refuses a header value, say). Its
+            # message quotes the value, which may be a key: say nothing of it.
+            raise ProxyError(
+                502,
+                "proxai could not send the request upstream: a header proxai adds is not "
+                "valid HTTP (check this upstream's api_key and headers)",
+                "server_error",
+                code="upstream_request_invalid",
+            ) from None
+        except httpx.TransportError as exc:
+            # Connected, then the upstream closed or reset before its response headers.
+            reset = isinstance(exc, httpx.ReadError | httpx.WriteError)
+            raise ProxyError(
+                502,
+                f"the upstream closed the connection before answering: {exc}".rstrip(": "),
+                "server_error",
+                code="upstream_reset" if reset else "upstream_closed",
+                kind=OutcomeKind.UPSTREAM_RESET if reset else OutcomeKind.UPSTREAM_EOF,
+            ) from None
+        return response

@@ -1,0 +1,1 @@
+"""Bytes on the wire: SSE frames, headers, JSON request bodies (sans-io)."""

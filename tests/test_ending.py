@@ -1,0 +1,89 @@
+"""The ending policy alone: verdict, status and what was forwarded in; what the client gets out."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxai.outcome import OutcomeKind
+from proxai.protocols.observer import Verdict
+from proxai.relay.ending import decide, head_timeout
+
+CLOSING = b"event: error\ndata: {}\n\n"
+
+
+def test_a_completed_stream_ends_as_it_is() -> None:
+    end = decide(
+        Verdict(OutcomeKind.COMPLETED), status=200, forwarded=True, finished=True, can_abort=True
+    )
+    assert (end.kind, end.error, end.closing, end.abort) == (
+        OutcomeKind.COMPLETED,
+        None,
+        b"",
+        False,
+    )
+
+
+def test_a_stall_before_any_byte_becomes_a_504_instead_of_the_response() -> None:
+    verdict = Verdict(OutcomeKind.STALLED_IDLE, "no event for 30 s", CLOSING)
+    end = decide(verdict, status=200, forwarded=False, finished=False, can_abort=True)
+    assert end.error is not None
+    assert (end.error.status, end.error.code, end.error.message) == (
+        504,
+        "upstream_timeout",
+        "no event for 30 s",
+    )
+    assert end.closing == b"" and end.kind is OutcomeKind.STALLED_IDLE
+
+
+@pytest.mark.parametrize(
+    ("kind", "code"),
+    [
+        (OutcomeKind.UPSTREAM_EOF, "upstream_closed"),
+        (OutcomeKind.UPSTREAM_RESET, "upstream_reset"),
+        (OutcomeKind.UPSTREAM_EVENT_TOO_LARGE, "upstream_event_too_large"),
+    ],
+)
+def test_an_upstream_cut_before_any_byte_becomes_a_502(kind: OutcomeKind, code: str) -> None:
+    end = decide(Verdict(kind, "cut"), status=200, forwarded=False, finished=False, can_abort=True)
+    assert end.error is not None and (end.error.status, end.error.code) == (502, code)
+
+
+def test_shutdown_before_any_byte_is_a_503_with_retry_after() -> None:
+    verdict = Verdict(OutcomeKind.SHUTDOWN, "proxai is shutting down")
+    end = decide(verdict, status=200, forwarded=False, finished=False, can_abort=True)
+    assert end.error is not None and end.error.status == 503
+    assert (b"retry-after", b"1") in end.error.headers
+
+
+def test_after_the_first_byte_the_protocols_closing_is_appended() -> None:
+    verdict = Verdict(OutcomeKind.STALLED_TOOL_ARGUMENTS, "stalled", CLOSING)
+    end = decide(verdict, status=200, forwarded=True, finished=False, can_abort=True)
+    assert (end.error, end.closing, end.abort) == (None, CLOSING, False)
+
+
+def test_a_cut_short_body_no_observer_can_close_is_broken_off() -> None:
+    verdict = Verdict(OutcomeKind.UPSTREAM_RESET, "reset")
+    end = decide(verdict, status=200, forwarded=True, finished=False, can_abort=True)
+    assert end.abort and end.closing == b""
+
+
+def test_a_body_is_not_broken_off_when_the_server_cannot_abort_or_the_terminal_came() -> None:
+    verdict = Verdict(OutcomeKind.UPSTREAM_RESET, "reset")
+    assert not decide(verdict, status=200, forwarded=True, finished=False, can_abort=False).abort
+    assert not decide(verdict, status=200, forwarded=True, finished=True, can_abort=True).abort
+
+
+def test_a_non_2xx_answer_relayed_whole_is_recorded_as_an_upstream_error() -> None:
+    end = decide(
+        Verdict(OutcomeKind.COMPLETED), status=429, forwarded=True, finished=False, can_abort=True
+    )
+    assert end.kind is OutcomeKind.UPSTREAM_ERROR and end.detail == "upstream answered 429"
+    assert end.error is None and not end.abort
+
+
+def test_no_headers_in_time_names_the_deadline_that_passed() -> None:
+    first = head_timeout(first_byte=True, seconds=60.0)
+    total = head_timeout(first_byte=False, seconds=5.0)
+    assert (first.status, first.kind) == (504, OutcomeKind.STALLED_FIRST_BYTE)
+    assert "60.0 s (proxai first_byte timeout)" in first.message
+    assert (total.status, total.kind) == (504, OutcomeKind.TOTAL_TIMEOUT)
