@@ -12,7 +12,6 @@ Everything else looks protocols up here; adding an API is adding a row.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -25,6 +24,7 @@ from .chat.observer import ChatObserver
 from .chat.request import project_chat
 from .messages.observer import MessagesObserver
 from .messages.request import project_messages
+from .names import WireApi
 from .observer import StreamObserver
 from .responses.observer import ResponsesObserver
 from .responses.request import project_responses
@@ -43,14 +43,6 @@ __all__ = [
     "api_for",
     "upstream_kind_for",
 ]
-
-
-class WireApi(enum.StrEnum):
-    """An API as spoken on the wire, by a client or by an upstream."""
-
-    RESPONSES = "responses"
-    CHAT = "chat"
-    MESSAGES = "messages"
 
 
 class Projection(Protocol):

@@ -1,0 +1,1 @@
+"""Upstream APIs' streams and bodies, as neutral events (one module per API)."""

@@ -1,0 +1,1 @@
+"""Client APIs' streams and bodies, from neutral events (one module per API)."""

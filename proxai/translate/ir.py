@@ -1,0 +1,246 @@
+"""The neutral stream every translation goes through: decoders in, encoders out.
+
+A translation pair is an upstream API's *decoder* (its SSE frames or its
+whole JSON body in, :data:`Event` s out) and a client API's *encoder*
+(events in, the client's SSE bytes or whole JSON body out). Each API has one
+of each, so three APIs need three decoders and three encoders, not six
+pairwise stream translators.
+
+The events say only what every API can say: a response began, an item
+(text, reasoning, refusal, tool call) opened, grew, closed; usage; how the
+response finished, or that the upstream failed in-band. Everything here is
+sans-io and pure data.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+import attrs
+
+from ..protocols.names import WireApi
+from ..wire.sse import SSEFrame
+
+__all__ = [
+    "CUSTOM_TOOL_PARAMETER",
+    "REASONING_CARRIER_PREFIX",
+    "Decoder",
+    "Encoder",
+    "Event",
+    "Failed",
+    "FinishReason",
+    "Finished",
+    "ItemDelta",
+    "ItemDone",
+    "ItemKind",
+    "ItemStarted",
+    "Started",
+    "TranslationContext",
+    "Usage",
+    "unwrap_reasoning",
+    "wrap_reasoning",
+]
+
+#: The one string parameter a ``custom`` (free-form) Responses tool becomes on a Chat
+#: upstream: ``{"input": "..."}``; unwrapped back into the call's ``input`` on the way out.
+CUSTOM_TOOL_PARAMETER = "input"
+
+#: Reasoning text carried statelessly in a Responses reasoning item's
+#: ``encrypted_content`` (proxai stores nothing): this prefix, then the text.
+REASONING_CARRIER_PREFIX = "proxai-reasoning-v1."
+
+
+def wrap_reasoning(text: str) -> str:
+    """The ``encrypted_content`` that carries ``text`` back to proxai next turn."""
+    return REASONING_CARRIER_PREFIX + text
+
+
+def unwrap_reasoning(carrier: str | None) -> str | None:
+    """The reasoning text of a carrier proxai wrote, or ``None`` for anything else
+    (a real encrypted blob from OpenAI is not ours to read)."""
+    if carrier and carrier.startswith(REASONING_CARRIER_PREFIX):
+        return carrier[len(REASONING_CARRIER_PREFIX) :]
+    return None
+
+
+class ItemKind(enum.StrEnum):
+    """What an output item carries."""
+
+    TEXT = "text"  # assistant text (Responses message / output_text, Anthropic text block)
+    REFUSAL = "refusal"  # a refusal (Chat ``delta.refusal``, Responses refusal part)
+    REASONING = "reasoning"  # reasoning text (reasoning_content, thinking, reasoning_text)
+    TOOL_CALL = "tool_call"  # a function call: deltas are its JSON arguments
+
+
+class FinishReason(enum.StrEnum):
+    """Why the model stopped, in neutral terms."""
+
+    STOP = "stop"  # a natural end (Chat stop, Anthropic end_turn, Responses completed)
+    STOP_SEQUENCE = "stop_sequence"  # one of the request's stop sequences matched
+    TOOL_CALLS = "tool_calls"  # it called tools and waits for their results
+    LENGTH = "length"  # the output token limit (max_tokens, max_output_tokens)
+    CONTENT_FILTER = "content_filter"  # cut by a content filter / refusal
+
+
+@attrs.frozen
+class Started:
+    """The upstream's response began (its first chunk or event)."""
+
+    id: str | None = None  # the upstream's response / completion / message id
+    model: str | None = None  # the model the upstream says answered
+    created: int | None = None  # unix seconds
+
+
+@attrs.frozen
+class ItemStarted:
+    """An output item opened. ``key`` is the decoder's number for it: 0, 1, 2...
+    in the order items open, never reused within a response."""
+
+    key: int
+    kind: ItemKind
+    call_id: str | None = None  # TOOL_CALL: the call's id (synthesized if the upstream gave none)
+    name: str | None = None  # TOOL_CALL: the function's name, as the upstream spelled it
+
+
+@attrs.frozen
+class ItemDelta:
+    """More of an open item: text, reasoning text, refusal text or argument JSON."""
+
+    key: int
+    text: str
+
+
+@attrs.frozen
+class ItemDone:
+    """An item closed. Decoders close every item they opened, before
+    :class:`Finished`; encoders need nothing else to close it in their API."""
+
+    key: int
+    #: REASONING: an opaque signature (Anthropic ``signature_delta``) or carrier, if any.
+    signature: str | None = None
+
+
+@attrs.frozen
+class Usage:
+    """Token counts as far as the upstream reported them (``None``: not reported)."""
+
+    input_tokens: int | None = None  # all prompt tokens, cached ones included
+    output_tokens: int | None = None  # reasoning tokens included
+    cached_tokens: int | None = None  # of input_tokens, read from a cache
+    reasoning_tokens: int | None = None  # of output_tokens
+    cache_creation_tokens: int | None = None  # Anthropic's cache writes, if any
+
+
+@attrs.frozen
+class Finished:
+    """The response ended normally. A decoder emits it last, once it has all it
+    will get (a Chat decoder waits for the usage chunk or ``[DONE]``)."""
+
+    reason: FinishReason
+    stop_sequence: str | None = None
+
+
+@attrs.frozen
+class Failed:
+    """The upstream reported an error in-band (an ``error`` chunk or event, a
+    ``response.failed``). Last event of a response; open items stay open."""
+
+    message: str
+    code: str | None = None  # e.g. "rate_limit_exceeded", "context_length_exceeded"
+    #: The error's type in the upstream's words ("server_error", "overloaded_error").
+    type: str | None = None
+
+
+Event = Started | ItemStarted | ItemDelta | ItemDone | Usage | Finished | Failed
+
+
+@attrs.define
+class TranslationContext:
+    """What translating one request learned from it, for its response's translators.
+
+    Built by the request translator, handed to the decoder and the encoder.
+    Mutable only while the request is translated; read-only afterwards.
+    """
+
+    client: WireApi
+    upstream: WireApi
+    stream: bool
+    #: The model name the client asked for (echoed back: clients compare it).
+    model: str | None = None
+    #: Tool names as the upstream sees them -> as the client sent them (names shortened
+    #: to fit an upstream's limit come back whole).
+    tool_names: dict[str, str] = attrs.field(factory=dict)
+    #: Responses ``custom`` tools by name: their calls unwrap ``{"input": ...}``.
+    custom_tools: frozenset[str] = frozenset()
+    #: The client asked for ``include: ["reasoning.encrypted_content"]``: put reasoning
+    #: in the carrier so it can come back next turn.
+    reasoning_carrier: bool = False
+    #: Chat client asked ``stream_options.include_usage``: send the usage chunk.
+    include_usage: bool = False
+    #: Request fields the client API echoes in its response object (Responses:
+    #: instructions, tools, tool_choice, parallel_tool_calls, text, reasoning, ...).
+    echo: dict[str, Any] = attrs.field(factory=dict)
+    #: Request fields dropped on the way (dotted paths), for the outcome record.
+    dropped: list[str] = attrs.field(factory=list)
+
+    def client_tool_name(self, upstream_name: str | None) -> str | None:
+        """The client's name for a tool the upstream called."""
+        if upstream_name is None:
+            return None
+        return self.tool_names.get(upstream_name, upstream_name)
+
+
+class Decoder(Protocol):
+    """An upstream API's responses, as neutral events."""
+
+    def feed(self, frame: SSEFrame) -> list[Event]:
+        """Events of one SSE frame of a streamed response (comments give none)."""
+        ...
+
+    def close(self) -> list[Event]:
+        """The stream ended cleanly: events still held (a Chat stream without a usage
+        chunk finishes here). Gives no :class:`Finished` if the stream never said it
+        finished: the relay's observer then ends the client's stream with an error."""
+        ...
+
+    def decode_body(self, body: dict[str, Any]) -> list[Event]:
+        """All events of a whole (non-streamed) response body."""
+        ...
+
+
+class Encoder(Protocol):
+    """A client API's stream or body, from neutral events."""
+
+    def feed(self, event: Event) -> bytes:
+        """Client SSE bytes for ``event`` (whole events only; often empty)."""
+        ...
+
+    def fail(self, message: str, *, code: str | None, try_again: bool) -> bytes:
+        """Close the client's stream with its protocol's error, after whatever was
+        sent (Responses ``error`` + ``response.failed``, Anthropic ``event: error``,
+        Chat an error chunk + ``[DONE]``). ``try_again``: proxai gave up waiting (a
+        stall, shutdown), so the client may retry (Anthropic ``overloaded_error``)."""
+        ...
+
+    @property
+    def finished(self) -> bool:
+        """The client's terminal event was sent (by :meth:`feed` or :meth:`fail`)."""
+        ...
+
+    def body(self) -> bytes:
+        """The whole response body for a non-streamed request, after every event was fed."""
+        ...
+
+
+def feed_all(decoder: Decoder, encoder: Encoder, frames: Iterable[SSEFrame]) -> bytes:
+    """Translate frames straight through (tests, and non-observed paths)."""
+    out = [encoder.feed(event) for frame in frames for event in decoder.feed(frame)]
+    return b"".join(out)
+
+
+def events_of(decoder: Decoder, frames: Sequence[SSEFrame]) -> list[Event]:
+    """Every event of ``frames``, then of the stream's clean end."""
+    events = [event for frame in frames for event in decoder.feed(frame)]
+    return events + decoder.close()

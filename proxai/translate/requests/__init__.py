@@ -1,0 +1,1 @@
+"""Client requests as another API's requests (one module per pair, via Chat where composed)."""
