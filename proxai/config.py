@@ -13,7 +13,7 @@ import ipaddress
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import attrs
 
 from .converters import InvalidValue, error_paths, strict_converter
 from .policy.model_patterns import compile_pattern, is_exact
+from .translate.options import MaxTokensField, TranslationOptions
 
 __all__ = [
     "AuthConfig",
@@ -102,6 +103,8 @@ class Protocol(enum.StrEnum):
     """The API an upstream speaks."""
 
     OPENAI = "openai"  # Responses, Chat Completions and the rest of /v1
+    OPENAI_CHAT = "openai_chat"  # Chat Completions only (vLLM, llama.cpp, Ollama...)
+    OPENAI_RESPONSES = "openai_responses"  # Responses only
     ANTHROPIC_MESSAGES = "anthropic_messages"  # /v1/messages
 
 
@@ -137,6 +140,8 @@ class UpstreamConfig:
     #: Extra headers sent with every request to this upstream (e.g. an organization).
     headers: dict[str, str] = attrs.field(factory=dict, repr=False)
     timeouts: UpstreamTimeouts = UpstreamTimeouts()
+    #: How requests translated for this upstream are written (see docs/translation.md).
+    translation: TranslationOptions = TranslationOptions()
     #: Verify the upstream's TLS certificate (against ``ca_bundle`` if set).
     verify: bool = True
     ca_bundle: str | None = None
@@ -285,31 +290,25 @@ class Config:
             return [(DEFAULT_NAME, self.upstream), *named]
         return named
 
-    def upstream_for(self, protocol: Protocol) -> tuple[str, UpstreamConfig] | None:
-        """The first upstream that speaks ``protocol`` (until routes choose one)."""
-        return next(((n, u) for n, u in self.all_upstreams() if u.protocol is protocol), None)
 
 
 _converter = strict_converter(forbid_extra_keys=True)
 
 
-def _structure_protocol(value: Any, _: Any) -> Protocol:
-    if isinstance(value, str) and value in Protocol._value2member_map_:
-        return Protocol(value)
-    choices = ", ".join(repr(p.value) for p in Protocol)
-    raise ValueError(f"must be one of {choices}, got {value!r}")
+def _enum_hook(kind: type[enum.StrEnum]) -> Callable[[Any, Any], Any]:
+    """A strict structure hook for a string enum: its values only, all named in the error."""
+
+    def structure(value: Any, _: Any) -> Any:
+        if isinstance(value, str) and value in kind._value2member_map_:
+            return kind(value)
+        choices = ", ".join(repr(member.value) for member in kind)
+        raise ValueError(f"must be one of {choices}, got {value!r}")
+
+    return structure
 
 
-_converter.register_structure_hook(Protocol, _structure_protocol)
-
-
-def _structure_log_format(value: Any, _: Any) -> LogFormat:
-    if isinstance(value, str) and value in LogFormat._value2member_map_:
-        return LogFormat(value)
-    raise ValueError(f"must be 'json' or 'human', got {value!r}")
-
-
-_converter.register_structure_hook(LogFormat, _structure_log_format)
+for _kind in (Protocol, LogFormat, MaxTokensField):
+    _converter.register_structure_hook(_kind, _enum_hook(_kind))
 _ARRAYS = frozenset({"routes"})  # arrays of tables: [[routes]]
 _TABLES = frozenset(a.name for a in attrs.fields(Config)) - _ARRAYS
 
@@ -441,7 +440,6 @@ def _check_routes(config: Config) -> list[str]:
             problems.append(f"{where}.model: {exc}")
         if not route.upstreams:
             problems.append(f"{where}.upstreams: name at least one upstream")
-        protocols = set()
         for name in route.upstreams:
             upstream = config.upstream_named(name)
             if upstream is None:
@@ -449,13 +447,6 @@ def _check_routes(config: Config) -> list[str]:
                 problems.append(
                     f"{where}.upstreams: no upstream named {name!r} (declared: {declared})"
                 )
-            else:
-                protocols.add(upstream.protocol.value)
-        if len(protocols) > 1:
-            problems.append(
-                f"{where}.upstreams: mixes protocols ({', '.join(sorted(protocols))}); "
-                "a request can only fall back to upstreams that speak its API"
-            )
     return problems
 
 
@@ -468,6 +459,8 @@ def route_warnings(config: Config) -> list[str]:
     warnings: list[str] = []
     for i, route in enumerate(config.routes):
         for j, earlier in enumerate(config.routes[:i]):
+            # A route is tried first for the APIs its upstreams speak natively, so only
+            # an earlier route of the same first protocol can take all its requests.
             if _protocol_of(config, earlier) != _protocol_of(config, route):
                 continue
             shadowed = earlier.model == route.model or earlier.model == "*"

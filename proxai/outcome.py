@@ -147,6 +147,10 @@ class Outcome:
     #: final output; ``None`` when there was nothing to compare.
     aggregates_match: bool | None = None
     anomalies: list[str] = attrs.field(factory=list)  # odd upstream input, forwarded anyway
+    #: ``responses→chat`` when the request was translated (client API → upstream API).
+    translation: str | None = None
+    #: Request fields the translation dropped (dotted paths), e.g. ``tools[1] (web_search)``.
+    dropped: list[str] = attrs.field(factory=list)
 
     def as_dict(self) -> dict[str, object]:
         """A JSON-ready view (for logs and the demo)."""

@@ -130,9 +130,8 @@ normalize = { system_to_instructions = true, developer_to_instructions = true }
 """
     config = load_config(write(tmp_path, text))
     assert [name for name, _ in config.all_upstreams()] == ["default", "claude", "local"]
-    found = config.upstream_for(Protocol.ANTHROPIC_MESSAGES)
-    assert found is not None and found[0] == "claude"
-    assert config.upstream_for(Protocol.OPENAI) == ("default", config.upstream)
+    assert config.upstreams["claude"].protocol is Protocol.ANTHROPIC_MESSAGES
+    assert config.upstream.protocol is Protocol.OPENAI
     assert config.upstreams["local"].normalize == NormalizeConfig(True, True)
     assert config.upstreams["local"].protocol is Protocol.OPENAI
 
@@ -140,7 +139,7 @@ normalize = { system_to_instructions = true, developer_to_instructions = true }
 def test_only_named_upstreams_is_enough(tmp_path: Path) -> None:
     text = '[upstreams.claude]\nprotocol = "anthropic_messages"\nbase_url = "http://a/v1"\n'
     config = load_config(write(tmp_path, text))
-    assert config.upstream_for(Protocol.OPENAI) is None
+    assert [name for name, _ in config.all_upstreams()] == ["claude"]
 
 
 @pytest.mark.parametrize(
@@ -148,7 +147,8 @@ def test_only_named_upstreams_is_enough(tmp_path: Path) -> None:
     [
         (
             '[upstreams.x]\nprotocol = "grpc"\nbase_url = "http://a"\n',
-            r"upstreams\.x\.protocol: must be one of 'openai', 'anthropic_messages', got 'grpc'",
+            r"upstreams\.x\.protocol: must be one of 'openai', 'openai_chat', 'openai_responses', "
+            r"'anthropic_messages', got 'grpc'",
         ),
         ('[upstreams.x]\napi_key = "k"\n', r"upstreams\.x\.base_url: required key is missing"),
         ('[upstreams.x]\nbase_url = "http://a"\nbogus = 1\n', r"upstreams\.x\.bogus: unknown key"),

@@ -10,7 +10,21 @@ import pytest
 from proxai.config import Config, ConfigError, Protocol, load_config, route_warnings
 from proxai.errors import ProxyError
 from proxai.policy.model_patterns import compile_pattern
-from proxai.policy.routes import Router
+from proxai.policy.routes import Route, Router
+from proxai.protocols.names import WireApi
+from proxai.protocols.table import UPSTREAM_PROTOCOLS
+from proxai.translate.pairs import upstream_api
+
+
+def route(router: Router, api: WireApi, model: str | None) -> Route:
+    """The route of a generation request of ``api`` for ``model``."""
+    return router.route_for(
+        model,
+        native=lambda kind: api in UPSTREAM_PROTOCOLS[kind].apis,
+        serves=lambda kind: upstream_api(kind, api) is not None,
+        missing="no upstream",
+    )
+
 
 UPSTREAMS = {
     "openai": {"base_url": "https://api.openai.com/v1"},
@@ -33,58 +47,85 @@ def config(routes: list[dict[str, Any]] = ROUTES, **tables: Any) -> Config:
 
 
 @pytest.mark.parametrize(
-    ("protocol", "model", "upstreams", "upstream_model"),
+    ("api", "model", "upstreams", "upstream_model"),
     [
-        (Protocol.OPENAI, "gpt-5.4", ("azure",), None),  # exact wins because it comes first
-        (Protocol.OPENAI, "gpt-5.4-mini", ("openai", "azure"), None),  # glob, whole name
-        (Protocol.OPENAI, "o3", ("openai",), None),  # regex
-        (Protocol.OPENAI, "o4-mini", ("openai",), None),
-        (Protocol.OPENAI, "foo-o3", ("local",), "qwen3"),  # ^ anchors the regex
-        (Protocol.OPENAI, "llama-3", ("local",), "qwen3"),  # catch-all
-        (Protocol.OPENAI, "GPT-5", ("local",), "qwen3"),  # globs are case-sensitive
-        (Protocol.ANTHROPIC_MESSAGES, "claude-opus-4", ("claude",), None),
+        (WireApi.CHAT, "gpt-5.4", ("azure",), None),  # exact wins because it comes first
+        (WireApi.CHAT, "gpt-5.4-mini", ("openai", "azure"), None),  # glob, whole name
+        (WireApi.RESPONSES, "o3", ("openai",), None),  # regex
+        (WireApi.CHAT, "o4-mini", ("openai",), None),
+        (WireApi.CHAT, "foo-o3", ("local",), "qwen3"),  # ^ anchors the regex
+        (WireApi.CHAT, "llama-3", ("local",), "qwen3"),  # catch-all
+        (WireApi.CHAT, "GPT-5", ("local",), "qwen3"),  # globs are case-sensitive
+        (WireApi.MESSAGES, "claude-opus-4", ("claude",), None),
     ],
 )
 def test_first_matching_route_wins(
-    protocol: Protocol, model: str, upstreams: tuple[str, ...], upstream_model: str | None
+    api: WireApi, model: str, upstreams: tuple[str, ...], upstream_model: str | None
 ) -> None:
-    route = Router(config()).route_for(protocol, model)
-    assert route.upstreams == upstreams
-    assert route.upstream_model == upstream_model
-    assert route.name is not None and route.name.startswith("routes[")
+    found = route(Router(config()), api, model)
+    assert found.upstreams == upstreams
+    assert found.upstream_model == upstream_model
+    assert found.name is not None and found.name.startswith("routes[")
 
 
-def test_a_route_applies_only_to_its_protocol() -> None:
-    # claude-* routes to an Anthropic upstream; a Chat request for that model falls to "*".
+def test_a_route_whose_upstreams_speak_the_api_comes_before_one_that_translates() -> None:
+    # "*" (an OpenAI upstream) comes first and could take a Messages request translated,
+    # but claude-* speaks Messages itself: routes written before translation keep their
+    # meaning.
+    routes = [{"model": "*", "upstreams": ["local"]}, {"model": "claude-*", "upstreams": ["claude"]}]
+    router = Router(config(routes))
+    assert route(router, WireApi.MESSAGES, "claude-opus-4").upstreams == ("claude",)
+    assert route(router, WireApi.CHAT, "claude-opus-4").upstreams == ("local",)
+
+
+def test_a_request_no_native_route_serves_is_translated_for_the_first_matching_one() -> None:
     router = Router(config())
-    assert router.route_for(Protocol.OPENAI, "claude-opus-4").upstreams == ("local",)
-    # No Anthropic route matches "gpt-5": 404, in the words OpenAI uses.
-    with pytest.raises(ProxyError) as info:
-        router.route_for(Protocol.ANTHROPIC_MESSAGES, "gpt-5")
-    assert info.value.status == 404
-    assert info.value.code == "model_not_found"
-    assert info.value.param == "model"
-    assert "gpt-5" in info.value.message
+    # Anthropic's route for an OpenAI client: Chat is translated into Messages.
+    assert route(router, WireApi.CHAT, "claude-opus-4").upstreams == ("claude",)
+    # Claude Code asking for gpt-5: the gpt-* route, translated into Chat.
+    assert route(router, WireApi.MESSAGES, "gpt-5").upstreams == ("openai", "azure")
+
+
+def test_a_route_may_mix_protocols_and_each_request_keeps_the_upstreams_that_serve_it() -> None:
+    routes = [{"model": "claude-*", "upstreams": ["claude", "local"]}]
+    router = Router(config(routes))
+    assert route(router, WireApi.MESSAGES, "claude-x").upstreams == ("claude", "local")
+    only_native = router.route_for(
+        "claude-x",
+        native=lambda kind: kind is Protocol.ANTHROPIC_MESSAGES,
+        serves=lambda kind: kind is Protocol.ANTHROPIC_MESSAGES,
+        missing="none",
+    )
+    assert only_native.upstreams == ("claude",)
 
 
 def test_no_match_is_404_model_not_found() -> None:
     router = Router(config(ROUTES[:3]))
     with pytest.raises(ProxyError) as info:
-        router.route_for(Protocol.OPENAI, "llama-3")
+        route(router, WireApi.CHAT, "llama-3")
     assert (info.value.status, info.value.code) == (404, "model_not_found")
+    assert info.value.param == "model" and "llama-3" in info.value.message
 
 
 def test_requests_without_a_model_and_configs_without_routes_use_the_first_upstream() -> None:
     router = Router(config())
-    assert router.route_for(Protocol.OPENAI, None).upstreams == ("openai",)
-    assert router.route_for(Protocol.ANTHROPIC_MESSAGES, None).upstreams == ("claude",)
+    assert route(router, WireApi.CHAT, None).upstreams == ("openai",)
+    assert route(router, WireApi.MESSAGES, None).upstreams == ("claude",)
     plain = Router(load_config(None, overrides={"upstream": {"base_url": "http://u/v1"}}))
     assert not plain.has_routes
-    route = plain.route_for(Protocol.OPENAI, "anything")
-    assert (route.upstreams, route.name) == (("default",), None)
+    found = route(plain, WireApi.CHAT, "anything")
+    assert (found.upstreams, found.name) == (("default",), None)
+    # Claude Code against an OpenAI-compatible upstream alone: translated.
+    assert route(plain, WireApi.MESSAGES, "claude-x").upstreams == ("default",)
     with pytest.raises(ProxyError) as info:
-        plain.route_for(Protocol.ANTHROPIC_MESSAGES, "claude-x")
-    assert (info.value.status, info.value.code) == (404, "no_upstream")
+        plain.route_for(
+            "x", native=lambda kind: False, serves=lambda kind: False, missing="none here"
+        )
+    assert (info.value.status, info.value.code, info.value.message) == (
+        404,
+        "no_upstream",
+        "none here",
+    )
 
 
 def test_the_upstream_shorthand_is_an_upstream_named_default() -> None:
@@ -96,7 +137,7 @@ def test_the_upstream_shorthand_is_an_upstream_named_default() -> None:
             "routes": [{"model": "*", "upstreams": ["default", "backup"]}],
         },
     )
-    assert Router(cfg).route_for(Protocol.OPENAI, "m").upstreams == ("default", "backup")
+    assert route(Router(cfg), WireApi.CHAT, "m").upstreams == ("default", "backup")
 
 
 @pytest.mark.parametrize(
@@ -105,10 +146,6 @@ def test_the_upstream_shorthand_is_an_upstream_named_default() -> None:
         ([{"model": "x", "upstreams": ["nope"]}], "routes[0].upstreams: no upstream named 'nope'"),
         ([{"model": "x", "upstreams": []}], "routes[0].upstreams: name at least one upstream"),
         ([{"model": "re:(", "upstreams": ["openai"]}], "routes[0].model: invalid regular"),
-        (
-            [{"model": "*", "upstreams": ["openai", "claude"]}],
-            "routes[0].upstreams: mixes protocols (anthropic_messages, openai)",
-        ),
         ([{"model": "x"}], "routes[0].upstreams: required key is missing"),
         ([{"model": "x", "upstreams": "openai"}], "routes[0].upstreams: expected an array"),
         ([{"model": "x", "upstreams": ["openai"], "weight": 2}], "routes[0].weight: unknown key"),

@@ -63,6 +63,8 @@ def log_fields(outcome: Outcome) -> dict[str, Any]:
         ],
         "model": outcome.model,
         "stream": outcome.streaming,
+        "translation": outcome.translation,
+        "dropped": outcome.dropped,
         "tools": outcome.tools,
         "stalled_item": outcome.stalled_item,
         "first_byte_ms": _ms(outcome.first_byte_s),

@@ -1,10 +1,14 @@
 """Which upstreams a request goes to: ``[[routes]]`` matched against its model.
 
-A route applies to requests of its upstreams' protocol (OpenAI-compatible or
-Anthropic Messages); the first route whose pattern matches the request's model
-wins. Requests that carry no model (``GET /v1/models``, ``GET
-/v1/responses/{id}``) and every request when no route is configured go to the
-first upstream of their protocol, in declaration order.
+The first route whose pattern matches the request's model and that has an
+upstream speaking the request's API natively wins; if none has, the first
+matching route with an upstream it can be translated for. Of the route's
+upstreams, the request goes to those that can serve it (natively or
+translated), in the route's order. So routes written before translation keep
+their meaning, and a route may list upstreams of several protocols. Requests that carry no model
+(``GET /v1/models``, ``GET /v1/responses/{id}``) and every request when no
+route is configured go to the first upstream that speaks their API natively,
+else the first that can be translated to, in declaration order.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ import attrs
 
 from ..config import Config, Protocol
 from ..errors import ProxyError
-from ..protocols.table import UPSTREAM_PROTOCOLS
 from .model_patterns import compile_pattern
 
-__all__ = ["Route", "Router"]
+__all__ = ["Route", "Router", "Serves"]
+
+#: Whether an upstream of this protocol can take the request.
+Serves = Callable[[Protocol], bool]
 
 
 @attrs.frozen
@@ -34,7 +40,6 @@ class Route:
 @attrs.frozen
 class _Compiled:
     route: Route
-    protocol: Protocol
     matches: Callable[[str], bool]
 
 
@@ -42,33 +47,45 @@ class Router:
     """Matches models to routes; built once from a validated :class:`Config`."""
 
     def __init__(self, config: Config) -> None:
-        self._routes: list[_Compiled] = []
-        for i, entry in enumerate(config.routes):
-            first = config.upstream_named(entry.upstreams[0])
-            assert first is not None  # checked when the configuration was loaded
-            route = Route(
-                tuple(entry.upstreams), entry.upstream_model, f"routes[{i}] model={entry.model!r}"
+        self._routes = [
+            _Compiled(
+                Route(
+                    tuple(entry.upstreams),
+                    entry.upstream_model,
+                    f"routes[{i}] model={entry.model!r}",
+                ),
+                compile_pattern(entry.model),
             )
-            self._routes.append(_Compiled(route, first.protocol, compile_pattern(entry.model)))
-        self._defaults = {
-            protocol: Route((found[0],))
-            for protocol in Protocol
-            if (found := config.upstream_for(protocol)) is not None
-        }
+            for i, entry in enumerate(config.routes)
+        ]
+        self._protocols = {name: upstream.protocol for name, upstream in config.all_upstreams()}
 
     @property
     def has_routes(self) -> bool:
         return bool(self._routes)
 
     def has_protocol(self, protocol: Protocol) -> bool:
-        return protocol in self._defaults
+        return protocol in self._protocols.values()
 
-    def route_for(self, protocol: Protocol, model: str | None) -> Route:
-        """The route of a request; raises :class:`ProxyError` (404) when there is none."""
+    def protocol_of(self, name: str) -> Protocol:
+        return self._protocols[name]
+
+    def route_for(
+        self, model: str | None, *, native: Serves, serves: Serves, missing: str
+    ) -> Route:
+        """The route of a request; raises :class:`ProxyError` (404) when there is none.
+
+        ``native``: an upstream speaks the request's API itself; ``serves``: it can
+        take the request at all (natively or translated). ``missing`` is the 404's
+        message when no upstream can.
+        """
         if model is not None and self._routes:
-            for compiled in self._routes:
-                if compiled.protocol is protocol and compiled.matches(model):
-                    return compiled.route
+            matching = [c.route for c in self._routes if c.matches(model)]
+            for accepts in (native, serves):
+                for route in matching:
+                    if any(accepts(self._protocols[n]) for n in route.upstreams):
+                        usable = tuple(n for n in route.upstreams if serves(self._protocols[n]))
+                        return attrs.evolve(route, upstreams=usable)
             raise ProxyError(
                 404,
                 f"The model `{model}` does not exist or you do not have access to it "
@@ -77,12 +94,8 @@ class Router:
                 param="model",
                 code="model_not_found",
             )
-        default = self._defaults.get(protocol)
-        if default is None:
-            raise ProxyError(
-                404,
-                UPSTREAM_PROTOCOLS[protocol].missing,
-                "invalid_request_error",
-                code="no_upstream",
-            )
-        return default
+        for accepts in (native, serves):
+            for name, protocol in self._protocols.items():
+                if accepts(protocol):
+                    return Route((name,))
+        raise ProxyError(404, missing, "invalid_request_error", code="no_upstream")

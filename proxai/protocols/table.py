@@ -33,6 +33,7 @@ __all__ = [
     "ANTHROPIC_SDK",
     "APIS",
     "API_BY_PATH",
+    "API_BY_WIRE",
     "OPENAI_SDK",
     "UPSTREAM_PROTOCOLS",
     "Api",
@@ -107,6 +108,8 @@ class UpstreamProtocol:
     sdk: ClientSdk
     #: The 404's message when a request needs such an upstream and none is configured.
     missing: str
+    #: The API a request of another API is translated to for it (``None``: none is).
+    translate_to: WireApi | None = None
 
     def credential(self, key: str) -> tuple[bytes, bytes]:
         """The header carrying ``key`` to this upstream."""
@@ -150,13 +153,32 @@ APIS: tuple[Api, ...] = (
 )
 API_BY_PATH = {api.path: api for api in APIS}
 
+_OPENAI_MISSING = "no OpenAI-compatible upstream is configured"
+
 UPSTREAM_PROTOCOLS: dict[UpstreamKind, UpstreamProtocol] = {
     UpstreamKind.OPENAI: UpstreamProtocol(
         UpstreamKind.OPENAI,
         frozenset({WireApi.RESPONSES, WireApi.CHAT}),
         b"authorization",
         OPENAI_SDK,
-        "no OpenAI-compatible upstream is configured",
+        _OPENAI_MISSING,
+        translate_to=WireApi.CHAT,
+    ),
+    UpstreamKind.OPENAI_CHAT: UpstreamProtocol(
+        UpstreamKind.OPENAI_CHAT,
+        frozenset({WireApi.CHAT}),
+        b"authorization",
+        OPENAI_SDK,
+        _OPENAI_MISSING,
+        translate_to=WireApi.CHAT,
+    ),
+    UpstreamKind.OPENAI_RESPONSES: UpstreamProtocol(
+        UpstreamKind.OPENAI_RESPONSES,
+        frozenset({WireApi.RESPONSES}),
+        b"authorization",
+        OPENAI_SDK,
+        _OPENAI_MISSING,
+        translate_to=WireApi.RESPONSES,
     ),
     UpstreamKind.ANTHROPIC_MESSAGES: UpstreamProtocol(
         UpstreamKind.ANTHROPIC_MESSAGES,
@@ -165,8 +187,10 @@ UPSTREAM_PROTOCOLS: dict[UpstreamKind, UpstreamProtocol] = {
         ANTHROPIC_SDK,
         "no Anthropic upstream is configured: add an [upstreams.NAME] table with "
         'protocol = "anthropic_messages"',
+        translate_to=WireApi.MESSAGES,
     ),
 }
+API_BY_WIRE = {api.wire: api for api in APIS}
 
 
 def api_for(method: str, path: str) -> Api | None:

@@ -64,8 +64,8 @@ async def open_upstream(
                 result = await attempt_stack.enter_async_context(
                     target.client.open(
                         request.method,
-                        request.raw_path,
-                        request.query,
+                        target.raw_path if target.raw_path is not None else request.raw_path,
+                        target.query if target.query is not None else request.query,
                         request.headers,
                         target.body,
                     )

@@ -15,6 +15,7 @@ from ..config import TimeoutsConfig
 from ..errors import ErrorShape
 from ..policy.retry import RetryPlan
 from ..protocols.observer import PassThroughObserver, StreamObserver
+from ..translate.stream import TranslatorFactory
 from ..upstream.client import UpstreamClient
 from ..wire.headers import Headers
 
@@ -68,12 +69,20 @@ class ProxiedRequest:
 
 @attrs.frozen
 class UpstreamTarget:
-    """One upstream a request may go to: its client, deadlines and the body it gets
-    (normalization and model rewrites can differ per upstream)."""
+    """One upstream a request may go to: its client, deadlines and the request it gets
+    (normalization, model rewrites and translation differ per upstream)."""
 
     client: UpstreamClient
     timeouts: TimeoutsConfig
     body: bytes
+    #: Builds the observer of this upstream's stream (its API's, with its deadlines).
+    observer_factory: ObserverFactory = pass_through
+    #: The path and query it is sent to, when not the client's (a translated request).
+    raw_path: bytes | None = None
+    query: bytes | None = None
+    #: Builds the translator of its response into the client's API (``None``: the
+    #: upstream speaks the client's API and the bytes pass unchanged).
+    translator: TranslatorFactory | None = None
 
 
 @attrs.frozen
@@ -87,7 +96,6 @@ class Exchange:
     #: ``[timeouts]``: ``total`` and ``client_write`` bound the whole exchange (each
     #: upstream's own deadlines come from its target).
     timeouts: TimeoutsConfig
-    observer_factory: ObserverFactory = pass_through
     error_shape: ErrorShape = ErrorShape.OPENAI
     max_event_bytes: int = 16 * 1024 * 1024
     #: Whether ending a response without its final message makes the server break the

@@ -19,7 +19,7 @@ from .clock import UpstreamClock
 from .exchange import Tap
 from .messages import Body, End, Head, ToObserver
 
-__all__ = ["is_event_stream", "read_body"]
+__all__ = ["is_event_stream", "read_body", "translated_headers"]
 
 
 def is_event_stream(status: int, headers: Headers) -> bool:
@@ -73,3 +73,15 @@ async def read_body(
         await send(channel, End(clock.now(), OutcomeKind.UPSTREAM_RESET, tail, str(exc)))
         return
     await send(channel, End(clock.now(), tail=framer.close() if framer else b""))
+
+
+def translated_headers(headers: Headers, sse: bool) -> Headers:
+    """The upstream's headers for a body proxai rewrites into another API: its length
+    and encoding no longer apply, and a whole body is the client API's JSON."""
+    drop = {b"content-length", b"content-encoding", b"etag", b"content-md5"}
+    if not sse:
+        drop.add(b"content-type")
+    out = [(n, v) for n, v in headers if n.lower() not in drop]
+    if not sse:
+        out.append((b"content-type", b"application/json"))
+    return out

@@ -32,6 +32,7 @@ import trio
 
 from ..errors import SHUTDOWN_MESSAGE, ProxyError, shutdown_error
 from ..outcome import Outcome, OutcomeKind
+from ..translate.stream import ResponseTranslator
 from ..protocols.observer import ObserverSnapshot, PassThroughObserver, StreamObserver, Verdict
 from ..upstream.client import UpstreamResponse
 from ..wire.sse import SSEFrame
@@ -40,7 +41,7 @@ from .attempts import AttemptHook, open_upstream
 from .clock import UpstreamClock
 from .exchange import Exchange, Tap, UpstreamTarget
 from .messages import Body, End, Head, ToObserver, ToWriter
-from .reader import read_body
+from .reader import read_body, translated_headers
 from .writer import Downstream, Writer
 
 __all__ = ["READER_CHANNEL_SIZE", "WRITER_CHANNEL_SIZE", "Relay", "StreamSnapshot"]
@@ -121,6 +122,8 @@ class Relay:
         self._sent_head = False
         #: The upstream that answered (the last attempt's).
         self._target: UpstreamTarget | None = None
+        #: Turns the upstream's response into the client's API (a translated request).
+        self._translator: ResponseTranslator | None = None
 
     def _elapsed(self) -> float:
         return trio.current_time() - self._started
@@ -236,10 +239,16 @@ class Relay:
             assert isinstance(head, Head)
             self.outcome.status = head.status
             self.outcome.streaming = head.sse
-            assert self._target is not None
-            timeouts = self._target.timeouts
+            target = self._target
+            assert target is not None
             if head.sse:
-                self._observer = self._exchange.observer_factory(timeouts)
+                self._observer = target.observer_factory(target.timeouts)
+            if target.translator is not None:
+                self._translator = translator = target.translator()
+                translator.start(head.status)
+                self.outcome.translation = translator.pair
+                self.outcome.dropped = list(translator.context.dropped)
+                head = attrs.evolve(head, headers=translated_headers(head.headers, head.sse))
             self._observer.on_start(head.at)
             await client.send(head)
             writer = self._writer
@@ -256,6 +265,8 @@ class Relay:
                     verdict = self._observer.on_total_timeout(self._clock.now())
                 forwarded = True
                 writer.after_stall = blocked.pending + verdict.closing
+            if self._translator is not None:
+                verdict = self._translated_verdict(verdict)
             end = ending.decide(
                 verdict,
                 status=head.status,
@@ -264,6 +275,8 @@ class Relay:
                 can_abort=self._exchange.can_abort,
             )
             self._observer.fill(self.outcome)
+            if self._translator is not None and self._translator.failed:
+                end = attrs.evolve(end, kind=OutcomeKind.FAILED)
             self.outcome.kind = end.kind
             self.outcome.detail = end.detail
             if end.error is not None:
@@ -295,9 +308,10 @@ class Relay:
                 return self._observer.on_deadline(self._clock.now()), forwarded
             if isinstance(message, Body):
                 self._observe_frames(message)
-                if message.data:
+                data = self._client_bytes(message)
+                if data:
                     forwarded = True
-                    await self._to_writer(client, message.data)
+                    await self._to_writer(client, data)
                 continue
             assert isinstance(message, End)
             verdict = self._observer.on_end(
@@ -307,6 +321,14 @@ class Relay:
             # it (the client's parser drops it, as it would have without proxai);
             # it is dropped when proxai appends an event, which must start at a
             # boundary.
+            if self._translator is not None:
+                # A translated body goes out whole or as the client's events: an
+                # unfinished upstream frame has no meaning in the client's API.
+                if not message.fault and not self._translator_streams:
+                    whole = self._translator.whole_body()
+                    forwarded = forwarded or bool(whole)
+                    await self._to_writer(client, whole)
+                return verdict, forwarded
             if message.tail and (not verdict.closing or not message.tail.strip(b"\r\n")):
                 forwarded = True
                 await self._to_writer(client, message.tail)
@@ -322,7 +344,29 @@ class Relay:
                 return b"".join(data)
             if isinstance(message, Body):
                 self._observe_frames(message)
-                data.append(message.data)
+                data.append(self._client_bytes(message))
+
+    @property
+    def _translator_streams(self) -> bool:
+        """The translated response is a stream (else a whole body, held until its end)."""
+        return self.outcome.streaming is True
+
+    def _client_bytes(self, message: Body) -> bytes:
+        """What the client gets for one upstream read: the bytes, or their translation."""
+        translator = self._translator
+        if translator is None:
+            return message.data
+        if self._translator_streams:
+            return translator.frames(message.frames)
+        translator.body_part(message.data)
+        return b""
+
+    def _translated_verdict(self, verdict: Verdict) -> Verdict:
+        """The observer's verdict with its closing bytes in the client's API."""
+        assert self._translator is not None
+        if not self._translator_streams:
+            return attrs.evolve(verdict, closing=b"")
+        return attrs.evolve(verdict, closing=self._translator.closing(verdict))
 
     def _observe_frames(self, message: Body) -> None:
         """Count and feed a read's frames; if the observer fails on odd input, relay on

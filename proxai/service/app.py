@@ -30,8 +30,18 @@ from ..outcome import Outcome, OutcomeKind
 from ..policy.auth import ClientKeys
 from ..policy.normalize import normalize_body
 from ..policy.retry import RetryPlan
-from ..policy.routes import Router
-from ..protocols.table import UPSTREAM_PROTOCOLS, Api, ClientSdk, api_for, upstream_kind_for
+from ..policy.routes import Route, Router
+from ..protocols.table import (
+    API_BY_WIRE,
+    UPSTREAM_PROTOCOLS,
+    Api,
+    ClientSdk,
+    api_for,
+    upstream_kind_for,
+)
+from ..protocols.names import WireApi
+from ..translate.pairs import translate, upstream_api
+from ..translate.requests import estimate_input_tokens
 from ..relay.exchange import Exchange, ObserverFactory, ProxiedRequest, UpstreamTarget, pass_through
 from ..relay.relay import Relay
 from ..relay.writer import send_error
@@ -44,6 +54,8 @@ from .live_view import PREFIX, LiveView
 
 __all__ = ["REQUEST_ID_HEADER", "OutcomeHook", "ProxaiApp", "UpstreamFactory"]
 
+#: Anthropic's token counting endpoint: answered by proxai when no Anthropic upstream serves.
+COUNT_TOKENS = "/v1/messages/count_tokens"
 #: proxai's id of a request: returned to the client, sent upstream, in every record.
 REQUEST_ID_HEADER = b"x-proxai-request-id"
 
@@ -73,6 +85,27 @@ class Incoming:
     #: The SDKs of its client: the error shape proxai answers in, where keys come.
     sdk: ClientSdk
     http2: bool
+
+    def native(self, kind: UpstreamKind) -> bool:
+        """An upstream of ``kind`` takes this request as it is."""
+        if self.api is None:
+            return UPSTREAM_PROTOCOLS[kind].sdk is self.sdk
+        return self.api.wire in UPSTREAM_PROTOCOLS[kind].apis
+
+    def serves(self, kind: UpstreamKind) -> bool:
+        """An upstream of ``kind`` can take this request, translated if need be (only a
+        generation ``POST`` is; a resumed stream or another path is not)."""
+        if self.method == "POST" and self.route_path == COUNT_TOKENS:
+            # Answered by proxai for an upstream that has no such endpoint.
+            return upstream_api(kind, WireApi.MESSAGES) is not None
+        if self.api is None or self.method != "POST":
+            return self.native(kind)
+        return upstream_api(kind, self.api.wire) is not None
+
+    @property
+    def missing(self) -> str:
+        """The 404's message when no upstream can take it."""
+        return UPSTREAM_PROTOCOLS[self.kind].missing
 
     @property
     def id_header(self) -> list[tuple[bytes, bytes]]:
@@ -288,8 +321,8 @@ class ProxaiApp:
         self._gate.check_room()
         if not self._clients:
             raise ProxyError(503, "proxai is not started", "server_error")
-        if not self._router.has_protocol(incoming.kind):
-            self._router.route_for(incoming.kind, None)  # raises the 404 that says what is missing
+        # Raises the 404 that says what is missing when no upstream can take it.
+        self._route(incoming, None)
 
     async def _proxy(
         self,
@@ -310,14 +343,15 @@ class ProxaiApp:
         if capture is not None:
             capture.request.add(body)
         prepared = self._prepare(incoming, body, outcome)
-        route = self._router.route_for(incoming.kind, prepared.model)
+        route = self._route(incoming, prepared.model)
         outcome.route = route.name
+        if incoming.route_path == COUNT_TOKENS and incoming.method == "POST":
+            upstream = self._clients[route.upstreams[0]].config
+            if upstream.protocol is not UpstreamKind.ANTHROPIC_MESSAGES:
+                await self._count_tokens_locally(incoming, downstream, prepared, outcome)
+                return
         targets = {
-            name: UpstreamTarget(
-                self._clients[name],
-                self._clients[name].timeouts,
-                self._body_for(name, body, incoming.api, prepared, route.upstream_model),
-            )
+            name: self._target(name, body, incoming, prepared, route.upstream_model)
             for name in dict.fromkeys(route.upstreams)
         }
         request = ProxiedRequest(
@@ -333,7 +367,6 @@ class ProxaiApp:
             targets,
             RetryPlan(route.upstreams, self.config.retries),
             self.config.timeouts,
-            observer_factory=prepared.observer_factory,
             error_shape=incoming.sdk.error_shape,
             max_event_bytes=server.max_event_bytes,
             can_abort=not incoming.http2,
@@ -375,6 +408,63 @@ class ProxaiApp:
             lambda timeouts: api.observer(timeouts, projection),
             projection.stream is True,
         )
+
+    def _route(self, incoming: Incoming, model: str | None) -> Route:
+        return self._router.route_for(
+            model, native=incoming.native, serves=incoming.serves, missing=incoming.missing
+        )
+
+    def _target(
+        self,
+        name: str,
+        body: bytes,
+        incoming: Incoming,
+        prepared: _Prepared,
+        upstream_model: str | None,
+    ) -> UpstreamTarget:
+        """What one upstream of the route gets: the client's request, rewritten where a
+        normalize pass or a model rewrite applies, or translated into its API."""
+        client = self._clients[name]
+        api = incoming.api
+        wire = upstream_api(client.config.protocol, api.wire) if api is not None else None
+        if api is None or wire is None or wire is api.wire or prepared.data is None:
+            return UpstreamTarget(
+                client,
+                client.timeouts,
+                self._body_for(name, body, api, prepared, upstream_model),
+                observer_factory=prepared.observer_factory,
+            )
+        data = orjson.loads(body)  # a fresh copy: the translator may take parts of it
+        if upstream_model is not None:
+            data["model"] = upstream_model
+        translated = translate(api.wire, wire, data, client.config.translation)
+        upstream = API_BY_WIRE[wire]
+        return UpstreamTarget(
+            client,
+            client.timeouts,
+            orjson.dumps(translated.body),
+            observer_factory=lambda timeouts: upstream.observer(timeouts, None),
+            raw_path=upstream.path.encode(),
+            query=b"",
+            translator=translated.translator,
+        )
+
+    async def _count_tokens_locally(
+        self,
+        incoming: Incoming,
+        downstream: AsgiDownstream,
+        prepared: _Prepared,
+        outcome: Outcome,
+    ) -> None:
+        """``/v1/messages/count_tokens`` for a model no Anthropic upstream serves: an
+        estimate (see docs/translation.md), since the upstream has no such endpoint."""
+        data = prepared.data if prepared.data is not None else {}
+        body = orjson.dumps({"input_tokens": estimate_input_tokens(data)})
+        headers = [(b"content-type", b"application/json"), *incoming.id_header]
+        await downstream.send_head(200, headers)
+        await downstream.send_body(body, more=False)
+        outcome.kind, outcome.status = OutcomeKind.COMPLETED, 200
+        outcome.detail = "count_tokens estimated by proxai"
 
     def _body_for(
         self,

@@ -1,0 +1,95 @@
+"""The translation pairs proxai serves: one table, one row per (client API, upstream API).
+
+A row is the request translator and the response's decoder and encoder. The
+relay never branches on a pair: it gets a :class:`~proxai.translate.stream.ResponseTranslator`
+built from the row, or none when the upstream speaks the client's API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from ..config import Protocol as UpstreamKind
+from ..protocols.names import WireApi
+from ..protocols.table import UPSTREAM_PROTOCOLS
+from .decoders.chat import ChatDecoder
+from .decoders.messages import MessagesDecoder
+from .decoders.responses import ResponsesDecoder
+from .encoders.chat import ChatEncoder
+from .encoders.messages import MessagesEncoder
+from .encoders.responses import ResponsesEncoder
+from .ir import Decoder, Encoder, TranslationContext
+from .options import TranslationOptions
+from .requests import translate_request
+from .stream import ResponseTranslator
+
+__all__ = ["DECODERS", "ENCODERS", "PAIRS", "Pair", "TranslatedRequest", "translate", "upstream_api"]
+
+DECODERS: dict[WireApi, Callable[[TranslationContext], Decoder]] = {
+    WireApi.CHAT: ChatDecoder,
+    WireApi.RESPONSES: ResponsesDecoder,
+    WireApi.MESSAGES: MessagesDecoder,
+}
+ENCODERS: dict[WireApi, Callable[[TranslationContext], Encoder]] = {
+    WireApi.CHAT: ChatEncoder,
+    WireApi.RESPONSES: ResponsesEncoder,
+    WireApi.MESSAGES: MessagesEncoder,
+}
+
+
+@attrs.frozen
+class Pair:
+    """A client API served by an upstream API."""
+
+    client: WireApi
+    upstream: WireApi
+
+    def translator(self, context: TranslationContext) -> ResponseTranslator:
+        return ResponseTranslator(
+            context, DECODERS[self.upstream](context), ENCODERS[self.client](context)
+        )
+
+
+#: Every pair proxai translates (the issue's list: each client API to each other API).
+PAIRS: dict[tuple[WireApi, WireApi], Pair] = {
+    (client, upstream): Pair(client, upstream)
+    for client in WireApi
+    for upstream in WireApi
+    if client is not upstream
+}
+
+
+def upstream_api(kind: UpstreamKind, client: WireApi) -> WireApi | None:
+    """The API a request of ``client``'s API is sent in to an upstream of ``kind``:
+    its own when the upstream speaks it, else the one it is translated to, else
+    ``None`` (this upstream cannot take it)."""
+    protocol = UPSTREAM_PROTOCOLS[kind]
+    if client in protocol.apis:
+        return client
+    target = protocol.translate_to
+    if target is not None and (client, target) in PAIRS:
+        return target
+    return None
+
+
+@attrs.frozen
+class TranslatedRequest:
+    """A request rewritten for an upstream of another API."""
+
+    body: dict[str, Any]
+    context: TranslationContext
+    pair: Pair
+
+    def translator(self) -> ResponseTranslator:
+        return self.pair.translator(self.context)
+
+
+def translate(
+    client: WireApi, upstream: WireApi, body: dict[str, Any], options: TranslationOptions
+) -> TranslatedRequest:
+    """Rewrite ``body`` for ``upstream``; raises ProxyError (400) for what cannot be."""
+    data, context = translate_request(client, upstream, body, options)
+    return TranslatedRequest(data, context, PAIRS[(client, upstream)])

@@ -1,0 +1,119 @@
+"""One translated response: an upstream's frames or body in, the client's bytes out.
+
+The relay drives a :class:`ResponseTranslator` beside the upstream's observer:
+the observer keeps the deadlines on the upstream's stream (it knows that
+protocol), the translator turns what is forwarded into the client's protocol.
+How the stream ends is still the observer's verdict; the translator only says
+it in the client's words: the client's terminal event after a clean end, the
+client's error event after a stall, an early close or a fault, never a
+success the upstream did not send.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import orjson
+
+from ..outcome import TRY_AGAIN, OutcomeKind
+from ..protocols.observer import Verdict
+from ..wire.sse import SSEFrame
+from .requests import translate_error_body
+from .ir import Decoder, Encoder, Failed, TranslationContext
+
+__all__ = ["ResponseTranslator", "TranslatorFactory"]
+
+
+class ResponseTranslator:
+    """Translates one response for the client (sans-io)."""
+
+    def __init__(
+        self,
+        context: TranslationContext,
+        decoder: Decoder,
+        encoder: Encoder,
+    ) -> None:
+        self.context = context
+        self._decoder = decoder
+        self._encoder = encoder
+        self._status = 200
+        self._body: list[bytes] = []
+        #: The upstream reported an error in-band (the encoder said it in the client's terms).
+        self.failed = False
+
+    @property
+    def pair(self) -> str:
+        """``responses→chat``: the client's API, then the upstream's."""
+        return f"{self.context.client}→{self.context.upstream}"
+
+    def start(self, status: int) -> None:
+        self._status = status
+
+    # -- streams ---------------------------------------------------------------------------
+
+    def frames(self, frames: Sequence[SSEFrame]) -> bytes:
+        """The client's bytes for a batch of the upstream's frames."""
+        out: list[bytes] = []
+        for frame in frames:
+            for event in self._decoder.feed(frame):
+                if isinstance(event, Failed):
+                    self.failed = True
+                out.append(self._encoder.feed(event))
+        return b"".join(out)
+
+    def closing(self, verdict: Verdict) -> bytes:
+        """The client's last bytes once the observer has its verdict.
+
+        A clean end flushes what the decoder held (Chat's finish waits for usage);
+        if that does not finish the client's stream, or the verdict is a fault,
+        the client's own error ends it.
+        """
+        encoder = self._encoder
+        if encoder.finished:
+            return b""
+        out = b""
+        if verdict.kind in (OutcomeKind.COMPLETED, OutcomeKind.INCOMPLETE, OutcomeKind.FAILED):
+            out = b"".join(encoder.feed(event) for event in self._decoder.close())
+            if encoder.finished:
+                return out
+        message = verdict.detail or "the upstream stream ended before its terminal event"
+        return out + encoder.fail(message, code=_code(verdict.kind), try_again=verdict.kind in TRY_AGAIN)
+
+    # -- whole bodies ----------------------------------------------------------------------
+
+    def body_part(self, data: bytes) -> None:
+        """Hold a part of a whole (non-streamed) body until it ends."""
+        self._body.append(data)
+
+    def whole_body(self) -> bytes:
+        """The client's body for the whole upstream body (a response, or an error)."""
+        raw = b"".join(self._body)
+        if not 200 <= self._status < 300:
+            return translate_error_body(
+                self._status, raw, self.context.upstream, self.context.client
+            )
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            data = None
+        if not isinstance(data, dict):
+            return translate_error_body(502, raw, self.context.upstream, self.context.client)
+        for event in self._decoder.decode_body(data):
+            if isinstance(event, Failed):
+                self.failed = True
+            self._encoder.feed(event)
+        return self._encoder.body()
+
+
+def _code(kind: OutcomeKind) -> str:
+    if kind in (OutcomeKind.UPSTREAM_EOF, OutcomeKind.UPSTREAM_RESET):
+        return "upstream_closed" if kind is OutcomeKind.UPSTREAM_EOF else "upstream_reset"
+    if kind is OutcomeKind.SHUTDOWN:
+        return "proxy_shutting_down"
+    if kind in TRY_AGAIN:
+        return "upstream_timeout"
+    return "server_error"
+
+
+#: Builds a response's translator (one per attempt: each gets a fresh one).
+TranslatorFactory = Callable[[], ResponseTranslator]
