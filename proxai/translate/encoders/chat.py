@@ -37,6 +37,7 @@ from .common import derive_id, merge_usage, new_id, sse_data
 __all__ = ["ChatEncoder"]
 
 _DONE = b"data: [DONE]\n\n"
+_CHUNK_TAIL = b',"logprobs":null,"finish_reason":null}]}\n\n'
 _FINISH_REASONS = {
     FinishReason.STOP: "stop",
     FinishReason.STOP_SEQUENCE: "stop",
@@ -59,6 +60,9 @@ class _Item:
     index: int = 0  # TOOL_CALL: the call's ``index`` in ``delta.tool_calls``
     call_id: str = ""
     name: str = ""
+    # Its ``delta`` object around the text, written once (deltas are most of a stream).
+    delta_head: bytes = b""
+    delta_tail: bytes = b""
 
 
 class ChatEncoder:
@@ -74,6 +78,8 @@ class ChatEncoder:
         self._items: dict[int, _Item] = {}
         self._calls: list[_Item] = []
         self._usage = Usage()
+        self._chunk_fields: dict[str, Any] = {}
+        self._chunk_head = b""  # a chunk up to its delta
         self._finish_reason: str | None = None
         self._error: dict[str, Any] | None = None
 
@@ -84,13 +90,13 @@ class ChatEncoder:
     def feed(self, event: Event) -> bytes:
         if self._finished:
             return b""
+        if isinstance(event, ItemDelta):
+            return self._item_delta(event)  # an item is open, so the response started
         out = b"" if self._started or isinstance(event, Started) else self._start(Started())
         if isinstance(event, Started):
             out += self._start(event)
         elif isinstance(event, ItemStarted):
             out += self._item_started(event)
-        elif isinstance(event, ItemDelta):
-            out += self._item_delta(event)
         elif isinstance(event, ItemDone):
             out += self._item_done(event)
         elif isinstance(event, Usage):
@@ -159,6 +165,15 @@ class ChatEncoder:
         self._id = derive_id(event.id, "chatcmpl-")
         self._model = self._ctx.model or event.model or "unknown"
         self._created = event.created or int(time.time())
+        self._chunk_fields = {
+            "id": self._id,
+            "object": "chat.completion.chunk",
+            "created": self._created,
+            "model": self._model,
+            "system_fingerprint": None,
+        }
+        fields = orjson.dumps(self._chunk_fields)[:-1]  # without its closing brace
+        self._chunk_head = b"data: " + fields + b',"choices":[{"index":0,"delta":'
         return self._chunk({"role": "assistant", "content": ""})
 
     def _item_started(self, event: ItemStarted) -> bytes:
@@ -167,10 +182,14 @@ class ChatEncoder:
         item = _Item(kind=event.kind)
         self._items[event.key] = item
         if event.kind is not ItemKind.TOOL_CALL:
+            item.delta_head = b'{"%s":' % _DELTA_FIELDS[event.kind].encode()
+            item.delta_tail = b"}"
             return b""
         item.index = len(self._calls)
         item.call_id = event.call_id or new_id("call_")
         item.name = self._ctx.client_tool_name(event.name) or ""
+        item.delta_head = b'{"tool_calls":[{"index":%d,"function":{"arguments":' % item.index
+        item.delta_tail = b"}}]}"
         self._calls.append(item)
         function = {"name": item.name, "arguments": ""}
         call = {"index": item.index, "id": item.call_id, "type": "function", "function": function}
@@ -181,19 +200,19 @@ class ChatEncoder:
         if item is None or not event.text:
             return b""
         item.parts.append(event.text)
-        return self._chunk(self._delta(item, event.text))
+        return self._delta(item, event.text)
 
     def _item_done(self, event: ItemDone) -> bytes:
         item = self._items.get(event.key)
         if item is None or item.kind is not ItemKind.TOOL_CALL or item.parts:
             return b""
         item.parts.append("{}")  # a call without arguments still takes an object
-        return self._chunk(self._delta(item, "{}"))
+        return self._delta(item, "{}")
 
-    def _delta(self, item: _Item, text: str) -> dict[str, Any]:
-        if item.kind is ItemKind.TOOL_CALL:
-            return {"tool_calls": [{"index": item.index, "function": {"arguments": text}}]}
-        return {_DELTA_FIELDS[item.kind]: text}
+    def _delta(self, item: _Item, text: str) -> bytes:
+        return b"".join(
+            (self._chunk_head, item.delta_head, orjson.dumps(text), item.delta_tail, _CHUNK_TAIL)
+        )
 
     def _finish(self, reason: FinishReason) -> bytes:
         finish_reason = _FINISH_REASONS[reason]
@@ -232,11 +251,4 @@ class ChatEncoder:
         return sse_data(self._chunk_json([choice]))
 
     def _chunk_json(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
-        return {
-            "id": self._id,
-            "object": "chat.completion.chunk",
-            "created": self._created,
-            "model": self._model,
-            "system_fingerprint": None,
-            "choices": choices,
-        }
+        return self._chunk_fields | {"choices": choices}

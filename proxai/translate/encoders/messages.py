@@ -58,6 +58,13 @@ _ERROR_TYPES = {
     "context_length_exceeded": "invalid_request_error",
     "invalid_request_error": "invalid_request_error",
 }
+#: Each kind's delta type and the field its text goes in.
+_DELTA_FIELDS = {
+    ItemKind.TEXT: (b"text_delta", b"text"),
+    ItemKind.REFUSAL: (b"text_delta", b"text"),
+    ItemKind.REASONING: (b"thinking_delta", b"thinking"),
+    ItemKind.TOOL_CALL: (b"input_json_delta", b"partial_json"),
+}
 _PING = b'event: ping\ndata: {"type":"ping"}\n\n'
 
 
@@ -72,6 +79,8 @@ class _Block:
     index: int | None = None  # set when the block opens
     done: bool = False
     signature: str | None = None
+    # Its delta frame around the text, written when it opens (deltas are most of a stream).
+    delta_head: bytes = b""
 
     def text(self) -> str:
         return "".join(self.parts)
@@ -84,12 +93,14 @@ class _Block:
             return {"type": "tool_use", "id": self.call_id, "name": self.name, "input": {}}
         return {"type": "text", "text": ""}
 
-    def delta_json(self, text: str) -> dict[str, Any]:
-        if self.kind is ItemKind.REASONING:
-            return {"type": "thinking_delta", "thinking": text}
-        if self.kind is ItemKind.TOOL_CALL:
-            return {"type": "input_json_delta", "partial_json": text}
-        return {"type": "text_delta", "text": text}
+    def frame_deltas(self) -> None:
+        delta_type, field = _DELTA_FIELDS[self.kind]
+        self.delta_head = b"".join(
+            (
+                b'event: content_block_delta\ndata: {"type":"content_block_delta",',
+                b'"index":%d,"delta":{"type":"%s","%s":' % (self.index or 0, delta_type, field),
+            )
+        )
 
     def whole_json(self) -> dict[str, Any]:
         """The block as a whole Message body holds it."""
@@ -137,13 +148,13 @@ class MessagesEncoder:
     def feed(self, event: Event) -> bytes:
         if self._finished:
             return b""
+        if isinstance(event, ItemDelta):
+            return self._item_delta(event)  # an item is open, so the response started
         out = b"" if self._started or isinstance(event, Started) else self._start(Started())
         if isinstance(event, Started):
             out += self._start(event)
         elif isinstance(event, ItemStarted):
             out += self._item_started(event)
-        elif isinstance(event, ItemDelta):
-            out += self._item_delta(event)
         elif isinstance(event, ItemDone):
             out += self._item_done(event)
         elif isinstance(event, Usage):
@@ -276,6 +287,7 @@ class MessagesEncoder:
         """Open the next waiting block and replay what it got while it waited."""
         block = self._waiting.popleft()
         block.index = len(self._content)
+        block.frame_deltas()
         self._content.append(block)
         self._open = block
         payload = {"type": "content_block_start", "index": block.index}
@@ -298,8 +310,7 @@ class MessagesEncoder:
         return out + sse_event("content_block_stop", payload)
 
     def _delta(self, block: _Block, text: str) -> bytes:
-        payload = {"type": "content_block_delta", "index": block.index}
-        return sse_event("content_block_delta", payload | {"delta": block.delta_json(text)})
+        return block.delta_head + orjson.dumps(text) + b"}}\n\n"
 
 
 def _error_type(error_type: str | None, code: str | None) -> str:
