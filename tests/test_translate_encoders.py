@@ -610,6 +610,13 @@ ENCODERS: dict[WireApi, Callable[[TranslationContext], Encoder]] = {
 }
 
 
+STREAM_CHECKS: dict[WireApi, Callable[[bytes], object]] = {
+    WireApi.RESPONSES: checks.check_responses_stream,
+    WireApi.CHAT: checks.check_chat_stream,
+    WireApi.MESSAGES: checks.check_messages_stream,
+}
+
+
 def test_a_failed_body_is_each_apis_error_shape() -> None:
     bodies = {}
     for client, make in ENCODERS.items():
@@ -694,18 +701,27 @@ def _texts(
     return "".join(e.text for e in events if isinstance(e, ItemDelta) and e.key in keys)
 
 
+def split(body: bytes, data: st.DataObject) -> list[bytes]:
+    """``body`` in the pieces a network might deliver it in."""
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(body)), max_size=8)))
+    bounds = [0, *cuts, len(body)]
+    return [body[a:b] for a, b in itertools.pairwise(bounds)]
+
+
 @settings(max_examples=60, deadline=None)
-@given(sequences())
+@given(sequences(), st.data())
 def test_any_well_formed_sequence_accumulates_to_what_was_fed(
     sequence: tuple[list[Event], list[tuple[ItemKind, list[str], Any]], FinishReason],
+    data: st.DataObject,
 ) -> None:
+    """Whatever the items, their interleaving and the chunks the bytes arrive in."""
     events, drawn, reason = sequence
     has_calls = any(kind is ItemKind.TOOL_CALL for kind, _, _ in drawn)
 
     # Responses: every item, in the order added
     _, body = responses(events)
     checks.check_responses_stream(body)
-    response = checks.responses_final(body)
+    response = checks.responses_final(split(body, data))
     assert response.status == (
         "incomplete"
         if reason in (FinishReason.LENGTH, FinishReason.CONTENT_FILTER)
@@ -716,7 +732,7 @@ def test_any_well_formed_sequence_accumulates_to_what_was_fed(
     # Chat: one message; its texts by kind, its calls in order
     _, body = chat(events, include_usage=True)
     checks.check_chat_stream(body)
-    (choice,) = checks.chat_final(body).choices
+    (choice,) = checks.chat_final(split(body, data)).choices
     message = choice.message
     assert (message.content or "") == _texts(drawn, ItemKind.TEXT, events)
     assert (message.refusal or "") == _texts(drawn, ItemKind.REFUSAL, events)
@@ -732,7 +748,7 @@ def test_any_well_formed_sequence_accumulates_to_what_was_fed(
     # Messages: one block per item, in opening order, whatever the interleaving
     _, body = messages(events)
     checks.check_messages_stream(body)
-    final = checks.messages_final(body)
+    final = checks.messages_final(split(body, data))
     assert [_messages_view(block) for block in final.content] == [
         _view(item, refusal_as=ItemKind.TEXT) for item in drawn
     ]
@@ -779,3 +795,32 @@ def test_events_before_started_start_the_response_implicitly(client: WireApi) ->
         assert checks.chat_final(body).choices[0].message.content == "hi"
     else:
         assert [_messages_view(b) for b in checks.messages_final(body).content] == [("text", "hi")]
+
+
+@settings(max_examples=40, deadline=None)
+@given(sequences(), st.data())
+def test_a_failure_anywhere_makes_every_sdk_raise(
+    sequence: tuple[list[Event], list[tuple[ItemKind, list[str], Any]], FinishReason],
+    data: st.DataObject,
+) -> None:
+    """Cut before the end and failed: an SDK error, never a shorter success."""
+    events = sequence[0][: data.draw(st.integers(0, len(sequence[0]) - 1))]
+    try_again = data.draw(st.booleans())
+    raised: dict[WireApi, type[Exception]] = {
+        WireApi.RESPONSES: openai.APIError,
+        WireApi.CHAT: openai.APIError,
+        WireApi.MESSAGES: anthropic.APIStatusError,
+    }
+    finals: dict[WireApi, Callable[[bytes], Any]] = {
+        WireApi.RESPONSES: checks.responses_final,
+        WireApi.CHAT: checks.chat_final,
+        WireApi.MESSAGES: checks.messages_final,
+    }
+    for client, make in ENCODERS.items():
+        encoder = make(context(client))
+        body = b"".join(encoder.feed(e) for e in events)
+        body += encoder.fail("upstream went quiet", code=None, try_again=try_again)
+        assert encoder.finished
+        STREAM_CHECKS[client](body)
+        with pytest.raises(raised[client], match="upstream went quiet"):
+            finals[client](body)

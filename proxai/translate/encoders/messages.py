@@ -93,13 +93,13 @@ class _Block:
             return {"type": "tool_use", "id": self.call_id, "name": self.name, "input": {}}
         return {"type": "text", "text": ""}
 
-    def frame_deltas(self) -> None:
+    def open_at(self, index: int) -> None:
+        """Give the block its index, and its delta frame around the text."""
+        self.index = index
         delta_type, field = _DELTA_FIELDS[self.kind]
-        self.delta_head = b"".join(
-            (
-                b'event: content_block_delta\ndata: {"type":"content_block_delta",',
-                b'"index":%d,"delta":{"type":"%s","%s":' % (self.index or 0, delta_type, field),
-            )
+        self.delta_head = (
+            b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,'
+            b'"delta":{"type":"%s","%s":' % (index, delta_type, field)
         )
 
     def whole_json(self) -> dict[str, Any]:
@@ -286,8 +286,7 @@ class MessagesEncoder:
     def _open_next(self) -> bytes:
         """Open the next waiting block and replay what it got while it waited."""
         block = self._waiting.popleft()
-        block.index = len(self._content)
-        block.frame_deltas()
+        block.open_at(len(self._content))
         self._content.append(block)
         self._open = block
         payload = {"type": "content_block_start", "index": block.index}
