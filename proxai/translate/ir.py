@@ -26,6 +26,7 @@ from ..wire.sse import SSEFrame
 __all__ = [
     "CUSTOM_TOOL_PARAMETER",
     "REASONING_CARRIER_PREFIX",
+    "THINKING_SIGNATURE",
     "Decoder",
     "Encoder",
     "Event",
@@ -50,6 +51,12 @@ CUSTOM_TOOL_PARAMETER = "input"
 #: Reasoning text carried statelessly in a Responses reasoning item's
 #: ``encrypted_content`` (proxai stores nothing): this prefix, then the text.
 REASONING_CARRIER_PREFIX = "proxai-reasoning-v1."
+
+
+#: The signature of a thinking block proxai made from reasoning that came unsigned (Claude
+#: Code drops a thinking block without one). Not Anthropic's: a request translator drops
+#: blocks carrying it before a real Anthropic upstream, which would reject them.
+THINKING_SIGNATURE = "proxai-thinking-unsigned-v1"
 
 
 def wrap_reasoning(text: str) -> str:

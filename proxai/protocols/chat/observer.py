@@ -33,9 +33,9 @@ DONE = b"[DONE]"
 _INCOMPLETE_REASONS = frozenset({"length", "content_filter"})
 
 
-def synthesized_error(message: str) -> bytes:
+def synthesized_error(message: str, *, code: str = "server_error") -> bytes:
     """The error chunk and ``[DONE]`` proxai ends a broken Chat Completions stream with."""
-    error = {"message": message, "type": "server_error", "param": None, "code": "server_error"}
+    error = {"message": message, "type": "server_error", "param": None, "code": code}
     return b"data: " + orjson.dumps({"error": error}) + b"\n\ndata: [DONE]\n\n"
 
 

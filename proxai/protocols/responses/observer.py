@@ -85,20 +85,25 @@ def _sse(event_type: str, payload: dict[str, Any]) -> bytes:
 
 
 def synthesized_error(
-    message: str, *, sequence_number: int, snapshot: dict[str, Any] | None, model: str | None
+    message: str,
+    *,
+    sequence_number: int,
+    snapshot: dict[str, Any] | None,
+    model: str | None,
+    code: str = "server_error",
 ) -> bytes:
     """The ``error`` + ``response.failed`` pair proxai ends a broken stream with.
 
     The ``error`` event carries the documented flat fields and the nested
     ``error`` object the real API sends (openai-python raises ``APIError`` only
     for the latter); ``response.failed`` is the last snapshot marked failed.
-    Code ``server_error`` is one every client treats as retryable.
+    Code ``server_error`` (the default) is one every client treats as retryable.
     """
-    error = {"type": "server_error", "code": "server_error", "message": message, "param": None}
+    error = {"type": "server_error", "code": code, "message": message, "param": None}
     error_event = {
         "type": "error",
         "sequence_number": sequence_number,
-        "code": "server_error",
+        "code": code,
         "message": message,
         "param": None,
         "error": error,
@@ -109,7 +114,7 @@ def synthesized_error(
     response.setdefault("model", model)
     response.setdefault("output", [])
     response["status"] = "failed"
-    response["error"] = {"code": "server_error", "message": message}
+    response["error"] = {"code": code, "message": message}
     response["incomplete_details"] = None
     failed = {
         "type": "response.failed",

@@ -1,0 +1,254 @@
+"""Neutral events as an OpenAI Chat Completions stream or body.
+
+A stream is ``data: <chat.completion.chunk>`` frames with one choice (index
+0): the first says ``role: assistant``; text, reasoning and refusal go in
+``delta.content``, ``delta.reasoning_content`` and ``delta.refusal``; each
+tool call gets its own ``index`` (0, 1, 2 in the order calls open) with its id
+and name in its first chunk and only argument text after. The finish reason
+comes in a chunk of its own, then usage in a ``choices: []`` chunk when the
+client asked for it, then ``data: [DONE]``. A failure is an error chunk and
+``[DONE]``, as proxai's Chat observer ends a broken stream.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import attrs
+import orjson
+
+from ...protocols.chat.observer import synthesized_error
+from ..ir import (
+    Event,
+    Failed,
+    Finished,
+    FinishReason,
+    ItemDelta,
+    ItemDone,
+    ItemKind,
+    ItemStarted,
+    Started,
+    TranslationContext,
+    Usage,
+)
+from .common import derive_id, merge_usage, new_id, sse_data
+
+__all__ = ["ChatEncoder"]
+
+_DONE = b"data: [DONE]\n\n"
+_CHUNK_TAIL = b',"logprobs":null,"finish_reason":null}]}\n\n'
+_FINISH_REASONS = {
+    FinishReason.STOP: "stop",
+    FinishReason.STOP_SEQUENCE: "stop",
+    FinishReason.TOOL_CALLS: "tool_calls",
+    FinishReason.LENGTH: "length",
+    FinishReason.CONTENT_FILTER: "content_filter",
+}
+#: The ``delta`` field each kind of text streams in.
+_DELTA_FIELDS = {
+    ItemKind.TEXT: "content",
+    ItemKind.REASONING: "reasoning_content",
+    ItemKind.REFUSAL: "refusal",
+}
+
+
+@attrs.define
+class _Item:
+    kind: ItemKind
+    parts: list[str] = attrs.field(factory=list)
+    index: int = 0  # TOOL_CALL: the call's ``index`` in ``delta.tool_calls``
+    call_id: str = ""
+    name: str = ""
+    # Its ``delta`` object around the text, written once (deltas are most of a stream).
+    delta_head: bytes = b""
+    delta_tail: bytes = b""
+
+
+class ChatEncoder:
+    """A Chat Completions client's stream or body from neutral events; see the module docstring."""
+
+    def __init__(self, ctx: TranslationContext) -> None:
+        self._ctx = ctx
+        self._id = ""
+        self._model = ctx.model or ""
+        self._created = 0
+        self._started = False
+        self._finished = False
+        self._items: dict[int, _Item] = {}
+        self._calls: list[_Item] = []
+        self._usage = Usage()
+        self._chunk_fields: dict[str, Any] = {}
+        self._chunk_head = b""  # a chunk up to its delta
+        self._finish_reason: str | None = None
+        self._error: dict[str, Any] | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def feed(self, event: Event) -> bytes:
+        if self._finished:
+            return b""
+        if isinstance(event, ItemDelta):
+            return self._item_delta(event)  # an item is open, so the response started
+        out = b"" if self._started or isinstance(event, Started) else self._start(Started())
+        if isinstance(event, Started):
+            out += self._start(event)
+        elif isinstance(event, ItemStarted):
+            out += self._item_started(event)
+        elif isinstance(event, ItemDone):
+            out += self._item_done(event)
+        elif isinstance(event, Usage):
+            self._usage = merge_usage(self._usage, event)
+        elif isinstance(event, Finished):
+            out += self._finish(event.reason)
+        elif isinstance(event, Failed):
+            out += self._fail(event.message, event.code)
+        return out
+
+    def fail(self, message: str, *, code: str | None, try_again: bool) -> bytes:
+        """An error chunk and ``[DONE]``; ``server_error`` (retryable) unless ``code``."""
+        if self._finished:
+            return b""
+        return self._fail(message, code)
+
+    def body(self) -> bytes:
+        """The ``chat.completion`` (or, after a failure, the ``{"error": ...}`` body)."""
+        if self._error is not None:
+            return orjson.dumps({"error": self._error})
+        if not self._started:
+            self._start(Started())
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": self._joined(ItemKind.TEXT),
+            "refusal": self._joined(ItemKind.REFUSAL),
+        }
+        reasoning = self._joined(ItemKind.REASONING)
+        if reasoning is not None:
+            message["reasoning_content"] = reasoning
+        if self._calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.call_id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": "".join(call.parts) or "{}"},
+                }
+                for call in self._calls
+            ]
+        completion = {
+            "id": self._id,
+            "object": "chat.completion",
+            "created": self._created,
+            "model": self._model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": self._finish_reason or "stop",
+                }
+            ],
+            "usage": self._usage_json(),
+        }
+        return orjson.dumps(completion)
+
+    def _joined(self, kind: ItemKind) -> str | None:
+        parts = [p for item in self._items.values() if item.kind is kind for p in item.parts]
+        has_kind = any(item.kind is kind for item in self._items.values())
+        return "".join(parts) if has_kind else None
+
+    def _start(self, event: Started) -> bytes:
+        if self._started:
+            return b""
+        self._started = True
+        self._id = derive_id(event.id, "chatcmpl-")
+        self._model = self._ctx.model or event.model or "unknown"
+        self._created = event.created or int(time.time())
+        self._chunk_fields = {
+            "id": self._id,
+            "object": "chat.completion.chunk",
+            "created": self._created,
+            "model": self._model,
+            "system_fingerprint": None,
+        }
+        fields = orjson.dumps(self._chunk_fields)[:-1]  # without its closing brace
+        self._chunk_head = b"data: " + fields + b',"choices":[{"index":0,"delta":'
+        return self._chunk({"role": "assistant", "content": ""})
+
+    def _item_started(self, event: ItemStarted) -> bytes:
+        if event.key in self._items:
+            return b""
+        item = _Item(kind=event.kind)
+        self._items[event.key] = item
+        if event.kind is not ItemKind.TOOL_CALL:
+            item.delta_head = b'{"%s":' % _DELTA_FIELDS[event.kind].encode()
+            item.delta_tail = b"}"
+            return b""
+        item.index = len(self._calls)
+        item.call_id = event.call_id or new_id("call_")
+        item.name = self._ctx.client_tool_name(event.name) or ""
+        item.delta_head = b'{"tool_calls":[{"index":%d,"function":{"arguments":' % item.index
+        item.delta_tail = b"}}]}"
+        self._calls.append(item)
+        function = {"name": item.name, "arguments": ""}
+        call = {"index": item.index, "id": item.call_id, "type": "function", "function": function}
+        return self._chunk({"tool_calls": [call]})
+
+    def _item_delta(self, event: ItemDelta) -> bytes:
+        item = self._items.get(event.key)
+        if item is None or not event.text:
+            return b""
+        item.parts.append(event.text)
+        return self._delta(item, event.text)
+
+    def _item_done(self, event: ItemDone) -> bytes:
+        item = self._items.get(event.key)
+        if item is None or item.kind is not ItemKind.TOOL_CALL or item.parts:
+            return b""
+        item.parts.append("{}")  # a call without arguments still takes an object
+        return self._delta(item, "{}")
+
+    def _delta(self, item: _Item, text: str) -> bytes:
+        return b"".join(
+            (self._chunk_head, item.delta_head, orjson.dumps(text), item.delta_tail, _CHUNK_TAIL)
+        )
+
+    def _finish(self, reason: FinishReason) -> bytes:
+        finish_reason = _FINISH_REASONS[reason]
+        if finish_reason == "stop" and self._calls:
+            finish_reason = "tool_calls"  # some servers say stop after calling tools
+        self._finish_reason = finish_reason
+        self._finished = True
+        out = self._chunk({}, finish_reason=finish_reason)
+        if self._ctx.include_usage:
+            out += sse_data(self._chunk_json([]) | {"usage": self._usage_json()})
+        return out + _DONE
+
+    def _fail(self, message: str, code: str | None) -> bytes:
+        self._finished = True
+        code = code or "server_error"
+        self._error = {"message": message, "type": "server_error", "param": None, "code": code}
+        return synthesized_error(message, code=code)
+
+    def _usage_json(self) -> dict[str, Any]:
+        usage = self._usage
+        prompt = usage.input_tokens or 0
+        completion = usage.output_tokens or 0
+        prompt_details = {"cached_tokens": usage.cached_tokens or 0}
+        if usage.cache_creation_tokens is not None:
+            prompt_details["cache_write_tokens"] = usage.cache_creation_tokens
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": prompt_details,
+            "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens or 0},
+        }
+
+    def _chunk(self, delta: dict[str, Any], *, finish_reason: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return sse_data(self._chunk_json([choice]))
+
+    def _chunk_json(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        return self._chunk_fields | {"choices": choices}

@@ -1,0 +1,91 @@
+"""What the three encoders share: ids, usage, framing, the tool-call repairs."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+import orjson
+
+from ..ir import CUSTOM_TOOL_PARAMETER, Usage
+
+__all__ = [
+    "derive_id",
+    "merge_usage",
+    "new_id",
+    "safe_id",
+    "sse_data",
+    "sse_event",
+    "unwrap_custom_input",
+]
+
+#: Prefixes the three APIs put on their response ids, stripped before another is put on.
+_ID_PREFIXES = ("chatcmpl-", "resp_", "msg_")
+_UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def new_id(prefix: str) -> str:
+    """A fresh id in an API's style (``msg_...``, ``fc_...``)."""
+    return prefix + uuid.uuid4().hex
+
+
+def derive_id(upstream_id: str | None, prefix: str) -> str:
+    """The client API's id for the upstream's response: the same token under the client's
+    prefix (``chatcmpl-abc`` -> ``resp_abc``), so logs on both sides match; fresh if none."""
+    if not upstream_id:
+        return new_id(prefix)
+    if upstream_id.startswith(prefix):
+        return upstream_id
+    token = upstream_id
+    for known in _ID_PREFIXES:
+        if token.startswith(known):
+            token = token[len(known) :]
+            break
+    token = _UNSAFE_ID_CHARS.sub("_", token)
+    return prefix + token if token else new_id(prefix)
+
+
+def safe_id(value: str) -> str:
+    """``value`` with the characters Anthropic refuses in a tool id replaced
+    (``functions.Bash:0`` -> ``functions_Bash_0``)."""
+    return _UNSAFE_ID_CHARS.sub("_", value) or new_id("toolu_")
+
+
+def merge_usage(old: Usage, new: Usage) -> Usage:
+    """Counts reported later win; a count a later report leaves out is kept."""
+    return Usage(
+        input_tokens=_later(old.input_tokens, new.input_tokens),
+        output_tokens=_later(old.output_tokens, new.output_tokens),
+        cached_tokens=_later(old.cached_tokens, new.cached_tokens),
+        reasoning_tokens=_later(old.reasoning_tokens, new.reasoning_tokens),
+        cache_creation_tokens=_later(old.cache_creation_tokens, new.cache_creation_tokens),
+    )
+
+
+def _later(old: int | None, new: int | None) -> int | None:
+    return old if new is None else new
+
+
+def unwrap_custom_input(arguments: str) -> str:
+    """A custom tool's free-form input from the function arguments it travelled as
+    (``{"input": "..."}``); arguments of any other shape are passed on as they are."""
+    try:
+        parsed = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return arguments
+    if isinstance(parsed, dict):
+        value = parsed.get(CUSTOM_TOOL_PARAMETER)
+        if isinstance(value, str):
+            return value
+    return arguments
+
+
+def sse_event(event_type: str, payload: dict[str, Any]) -> bytes:
+    """One ``event:`` + ``data:`` frame."""
+    return b"event: " + event_type.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+
+def sse_data(payload: dict[str, Any]) -> bytes:
+    """One data-only frame (Chat Completions)."""
+    return b"data: " + orjson.dumps(payload) + b"\n\n"

@@ -1,0 +1,352 @@
+"""Neutral events as an OpenAI Responses stream or body (what Codex reads).
+
+Every frame is ``event: <type>`` + ``data:`` with the same ``type`` and a
+``sequence_number`` counting from 0. The stream opens with ``response.created``
+and ``response.in_progress`` and keeps one ``resp_...`` id to its end. Each
+item goes ``output_item.added`` -> its deltas -> its ``.done`` events ->
+``output_item.done``; ``output_index`` counts items in the order they were
+added. Items may be open side by side (parallel calls interleave). The stream
+ends in ``response.completed`` or ``response.incomplete`` carrying the whole
+output and usage, or in ``error`` + ``response.failed``; never anything after.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import attrs
+import orjson
+
+from ...protocols.responses.observer import synthesized_error
+from ..ir import (
+    Event,
+    Failed,
+    Finished,
+    FinishReason,
+    ItemDelta,
+    ItemDone,
+    ItemKind,
+    ItemStarted,
+    Started,
+    TranslationContext,
+    Usage,
+    wrap_reasoning,
+)
+from .common import derive_id, merge_usage, new_id, sse_event, unwrap_custom_input
+
+__all__ = ["ResponsesEncoder"]
+
+#: Why a response that stopped short is ``incomplete``.
+_INCOMPLETE_REASONS = {
+    FinishReason.LENGTH: "max_output_tokens",
+    FinishReason.CONTENT_FILTER: "content_filter",
+}
+#: Response fields proxai owns; echoed request fields never replace them.
+_OWN_FIELDS = frozenset(
+    {"id", "object", "created_at", "status", "model", "output", "usage", "error"}
+    | {"incomplete_details", "completed_at"}
+)
+#: The delta event of each kind of item.
+_DELTA_EVENTS = {
+    ItemKind.TEXT: "response.output_text.delta",
+    ItemKind.REFUSAL: "response.refusal.delta",
+    ItemKind.REASONING: "response.reasoning_text.delta",
+    ItemKind.TOOL_CALL: "response.function_call_arguments.delta",
+}
+_ERROR_CODES = {"rate_limit_error": "rate_limit_exceeded", "overloaded_error": "server_error"}
+
+
+@attrs.define
+class _Item:
+    """One output item, as far as it has come."""
+
+    kind: ItemKind
+    output_index: int
+    id: str
+    call_id: str = ""
+    name: str = ""
+    custom: bool = False  # a Responses ``custom`` tool: its call carries ``input``
+    parts: list[str] = attrs.field(factory=list)
+    done: bool = False
+    # Its delta frame, written around the sequence number and the text (deltas are most
+    # of a stream, and this is several times faster than a dict through orjson).
+    delta_head: bytes = b""
+    delta_middle: bytes = b""
+    delta_tail: bytes = b""
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def frame_deltas(self) -> None:
+        kind = _DELTA_EVENTS[self.kind].encode()
+        self.delta_head = b'event: %s\ndata: {"type":"%s","sequence_number":' % (kind, kind)
+        where = b',"item_id":%s,"output_index":%d' % (orjson.dumps(self.id), self.output_index)
+        if self.kind is not ItemKind.TOOL_CALL:
+            where += b',"content_index":0'
+        self.delta_middle = where + b',"delta":'
+        self.delta_tail = b',"logprobs":[]}\n\n' if self.kind is ItemKind.TEXT else b"}\n\n"
+
+    def part(self, text: str) -> dict[str, Any]:
+        """The message content part holding ``text``."""
+        if self.kind is ItemKind.REFUSAL:
+            return {"type": "refusal", "refusal": text}
+        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+class ResponsesEncoder:
+    """A Responses client's stream or body from neutral events; see the module docstring."""
+
+    def __init__(self, ctx: TranslationContext) -> None:
+        self._ctx = ctx
+        self._sequence = 0
+        self._id = ""
+        self._model = ctx.model or ""
+        self._created = 0
+        self._started = False
+        self._finished = False
+        self._items: dict[int, _Item] = {}  # by the decoder's key
+        self._output: list[_Item] = []  # by output_index
+        self._usage = Usage()
+        self._status = "in_progress"
+        self._incomplete_reason: str | None = None
+        self._error: dict[str, str] | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def feed(self, event: Event) -> bytes:
+        if self._finished:
+            return b""
+        if isinstance(event, ItemDelta):
+            return self._item_delta(event)  # an item is open, so the response started
+        out = b"" if self._started or isinstance(event, Started) else self._start(Started())
+        if isinstance(event, Started):
+            out += self._start(event)
+        elif isinstance(event, ItemStarted):
+            out += self._item_started(event)
+        elif isinstance(event, ItemDone):
+            item = self._items.get(event.key)
+            out += self._close(item) if item and not item.done else b""
+        elif isinstance(event, Usage):
+            self._usage = merge_usage(self._usage, event)
+        elif isinstance(event, Finished):
+            out += self._finish(event.reason)
+        elif isinstance(event, Failed):
+            out += self._fail(event.message, event.code or _ERROR_CODES.get(event.type or ""))
+        return out
+
+    def fail(self, message: str, *, code: str | None, try_again: bool) -> bytes:
+        """``error`` + ``response.failed``; ``server_error`` (retryable) unless ``code``."""
+        if self._finished:
+            return b""
+        return (b"" if self._started else self._start(Started())) + self._fail(message, code)
+
+    def body(self) -> bytes:
+        """The Response object, as ``POST /v1/responses`` without ``stream`` returns it."""
+        if not self._started:
+            self._start(Started())
+        return orjson.dumps(self._response(full=True))
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def _start(self, event: Started) -> bytes:
+        if self._started:
+            return b""
+        self._started = True
+        self._id = derive_id(event.id, "resp_")
+        self._model = self._ctx.model or event.model or "unknown"
+        self._created = event.created or int(time.time())
+        snapshot = self._response(full=False)
+        out = self._emit("response.created", {"response": snapshot})
+        return out + self._emit("response.in_progress", {"response": snapshot})
+
+    def _finish(self, reason: FinishReason) -> bytes:
+        out = b"".join(self._close(item) for item in self._output if not item.done)
+        self._incomplete_reason = _INCOMPLETE_REASONS.get(reason)
+        self._status = "incomplete" if self._incomplete_reason else "completed"
+        self._finished = True
+        kind = f"response.{self._status}"
+        return out + self._emit(kind, {"response": self._response(full=True)})
+
+    def _fail(self, message: str, code: str | None) -> bytes:
+        code = code or "server_error"
+        self._status = "failed"
+        self._error = {"code": code, "message": message}
+        self._finished = True
+        snapshot = self._response(full=True)
+        out = synthesized_error(
+            message, sequence_number=self._sequence, snapshot=snapshot, model=self._model, code=code
+        )
+        self._sequence += 2
+        return out
+
+    def _response(self, *, full: bool) -> dict[str, Any]:
+        """The response object: the echoed request fields, then proxai's own."""
+        response: dict[str, Any] = {
+            "background": False,
+            "instructions": None,
+            "max_output_tokens": None,
+            "max_tool_calls": None,
+            "metadata": {},
+            "parallel_tool_calls": True,
+            "previous_response_id": None,
+            "reasoning": {"effort": None, "summary": None},
+            "service_tier": "default",
+            "store": False,
+            "temperature": None,
+            "text": {"format": {"type": "text"}},
+            "tool_choice": "auto",
+            "tools": [],
+            "top_p": None,
+            "truncation": "disabled",
+            "user": None,
+        }
+        response.update((k, v) for k, v in self._ctx.echo.items() if k not in _OWN_FIELDS)
+        response.update(
+            id=self._id,
+            object="response",
+            created_at=self._created,
+            status=self._status,
+            model=self._model,
+            output=[self._item_json(item) for item in self._output] if full else [],
+            usage=self._usage_json() if full and self._status != "failed" else None,
+            error=self._error,
+            incomplete_details=(
+                {"reason": self._incomplete_reason} if self._incomplete_reason else None
+            ),
+        )
+        if self._status == "completed":
+            response["completed_at"] = int(time.time())
+        return response
+
+    def _usage_json(self) -> dict[str, Any]:
+        usage = self._usage
+        input_tokens = usage.input_tokens or 0
+        output_tokens = usage.output_tokens or 0
+        return {
+            "input_tokens": input_tokens,
+            "input_tokens_details": {
+                "cached_tokens": usage.cached_tokens or 0,
+                "cache_write_tokens": usage.cache_creation_tokens or 0,
+            },
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens or 0},
+            "total_tokens": input_tokens + output_tokens,
+        }
+
+    # -- items -------------------------------------------------------------------------
+
+    def _item_started(self, event: ItemStarted) -> bytes:
+        if event.key in self._items:
+            return b""
+        item = _Item(kind=event.kind, output_index=len(self._output), id="")
+        if event.kind is ItemKind.TOOL_CALL:
+            item.name = self._ctx.client_tool_name(event.name) or ""
+            item.call_id = event.call_id or new_id("call_")
+            item.custom = item.name in self._ctx.custom_tools
+            item.id = new_id("ctc_" if item.custom else "fc_")
+        else:
+            item.id = new_id("rs_" if event.kind is ItemKind.REASONING else "msg_")
+        item.frame_deltas()
+        self._items[event.key] = item
+        self._output.append(item)
+        out = self._emit(
+            "response.output_item.added",
+            {"output_index": item.output_index, "item": self._item_json(item)},
+        )
+        if item.kind in (ItemKind.TEXT, ItemKind.REFUSAL):
+            out += self._emit("response.content_part.added", self._part_event(item, part=""))
+        return out
+
+    def _item_delta(self, event: ItemDelta) -> bytes:
+        item = self._items.get(event.key)
+        if item is None or item.done or not event.text:
+            return b""
+        item.parts.append(event.text)
+        if item.custom:
+            return b""  # the input is unwrapped from the whole arguments at the end
+        sequence = self._sequence
+        self._sequence += 1
+        return b"".join(
+            (
+                item.delta_head,
+                str(sequence).encode(),
+                item.delta_middle,
+                orjson.dumps(event.text),
+                item.delta_tail,
+            )
+        )
+
+    def _close(self, item: _Item) -> bytes:
+        """The ``.done`` events of ``item``, then its ``output_item.done``."""
+        where = {"item_id": item.id, "output_index": item.output_index}
+        text = item.text()
+        out = b""
+        if item.kind is ItemKind.TOOL_CALL and item.custom:
+            value = unwrap_custom_input(text) if text else ""
+            item.parts = [value]
+            if value:
+                payload = where | {"delta": value}
+                out += self._emit("response.custom_tool_call_input.delta", payload)
+            out += self._emit("response.custom_tool_call_input.done", where | {"input": value})
+        elif item.kind is ItemKind.TOOL_CALL:
+            if not text:  # a call without arguments still takes an object
+                item.parts = ["{}"]
+                out += self._emit("response.function_call_arguments.delta", where | {"delta": "{}"})
+            done = where | {"name": item.name, "arguments": item.text()}
+            out += self._emit("response.function_call_arguments.done", done)
+        elif item.kind is ItemKind.REASONING:
+            payload = where | {"content_index": 0, "text": text}
+            out += self._emit("response.reasoning_text.done", payload)
+        else:
+            if item.kind is ItemKind.TEXT:
+                payload = where | {"content_index": 0, "text": text, "logprobs": []}
+                out += self._emit("response.output_text.done", payload)
+            else:
+                payload = where | {"content_index": 0, "refusal": text}
+                out += self._emit("response.refusal.done", payload)
+            out += self._emit("response.content_part.done", self._part_event(item, part=text))
+        item.done = True
+        payload = {"output_index": item.output_index, "item": self._item_json(item)}
+        return out + self._emit("response.output_item.done", payload)
+
+    def _part_event(self, item: _Item, *, part: str) -> dict[str, Any]:
+        return {
+            "item_id": item.id,
+            "output_index": item.output_index,
+            "content_index": 0,
+            "part": item.part(part),
+        }
+
+    def _item_json(self, item: _Item) -> dict[str, Any]:
+        """The item as ``output_item.added`` (nothing yet) or ``.done`` (everything) shows it;
+        an item a failure cut short shows what it had, ``incomplete``."""
+        fresh = not item.done and not self._finished
+        status = "completed" if item.done else ("in_progress" if fresh else "incomplete")
+        text = "" if fresh else item.text()
+        if item.kind is ItemKind.TOOL_CALL:
+            common = {"id": item.id, "status": status, "call_id": item.call_id, "name": item.name}
+            if item.custom:
+                return {"type": "custom_tool_call", "input": text} | common
+            return {"type": "function_call", "arguments": text} | common
+        if item.kind is ItemKind.REASONING:
+            reasoning: dict[str, Any] = {"id": item.id, "type": "reasoning", "summary": []}
+            if not fresh:
+                reasoning["content"] = [{"type": "reasoning_text", "text": text}]
+                if self._ctx.reasoning_carrier:
+                    reasoning["encrypted_content"] = wrap_reasoning(text)
+            return reasoning
+        return {
+            "id": item.id,
+            "type": "message",
+            "status": status,
+            "role": "assistant",
+            "content": [] if fresh else [item.part(text)],
+        }
+
+    def _emit(self, event_type: str, payload: dict[str, Any]) -> bytes:
+        frame = {"type": event_type, "sequence_number": self._sequence} | payload
+        self._sequence += 1
+        return sse_event(event_type, frame)
