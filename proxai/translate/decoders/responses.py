@@ -75,6 +75,11 @@ def _part_text(part: Any) -> str:
     return as_str(part.get("text")) or as_str(part.get("refusal")) or ""
 
 
+def _part_kind(part: Any) -> ItemKind | None:
+    """TEXT or REFUSAL for a message content part we carry, else None."""
+    return _PART_KINDS.get(as_str(part.get("type")) or "") if isinstance(part, dict) else None
+
+
 def _reasoning_texts(item: dict[str, Any]) -> list[str]:
     """A finished reasoning item's texts: full reasoning if given, else its summary."""
     for field in ("content", "summary"):
@@ -93,9 +98,9 @@ class _Item:
     type: str
     key: int | None = None  # reasoning and calls: their one neutral item
     parts: dict[int, int] = attrs.field(factory=dict)  # message: content_index -> key
-    streamed: set[int] = attrs.field(factory=set)  # keys that got text from deltas
+    texts: dict[int, list[str]] = attrs.field(factory=dict)  # key -> the text given so far
     source: tuple[str, int] | None = None  # reasoning: the part its last delta came from
-    custom_text: bool = False  # custom call: any input text came
+    custom_input: list[str] = attrs.field(factory=list)  # custom call: its input so far
 
 
 class ResponsesDecoder(DecoderBase):
@@ -244,13 +249,24 @@ class ResponsesDecoder(DecoderBase):
     def _streamed(self, state: _Item, key: int | None, text: str | None) -> list[Event]:
         if not text or key is None:
             return []
-        state.streamed.add(key)
+        state.texts.setdefault(key, []).append(text)
         return self._delta(key, text)
+
+    def _complete(self, state: _Item, key: int | None, final: str | None) -> list[Event]:
+        """The rest of ``final`` (the text a ``.done`` event or a finished item holds)
+        beyond what the deltas gave; the deltas win where the two disagree."""
+        given = "".join(state.texts.get(key, ())) if key is not None else ""
+        if not final or final == given:
+            return []
+        if final.startswith(given):
+            return self._streamed(state, key, final[len(given) :])
+        self._note("a final text differed from its deltas; the deltas were kept")
+        return []
 
     def _custom_input(self, state: _Item, text: str | None) -> list[Event]:
         if not text:
             return []
-        state.custom_text = True
+        state.custom_input.append(text)
         return self._delta(state.key, _escaped(text))
 
     def _open_part(
@@ -268,7 +284,7 @@ class ResponsesDecoder(DecoderBase):
         part = event.get("part")
         if state is None or state.type != "message" or not isinstance(part, dict):
             return []
-        kind = _PART_KINDS.get(as_str(part.get("type")) or "")
+        kind = _part_kind(part)
         if kind is None:
             self._note(f"message parts of type {part.get('type')!r} were left out")
             return []
@@ -306,8 +322,7 @@ class ResponsesDecoder(DecoderBase):
             refusal = "refusal" in event or part_type == "refusal"
             kind = ItemKind.REFUSAL if refusal else ItemKind.TEXT
             key, events = self._open_part(state, content_index, kind)
-        if key is not None and key not in state.streamed:
-            events += self._streamed(state, key, text)
+        events += self._complete(state, key, text)
         if event.get("type") == "response.content_part.done":
             events += self._close(key)
         return events
@@ -348,9 +363,9 @@ class ResponsesDecoder(DecoderBase):
 
     def _on_arguments_done(self, event: dict[str, Any], response: dict[str, Any]) -> list[Event]:
         _, state = self._item_of(event)
-        if state is None or state.type != "function_call" or state.key in state.streamed:
+        if state is None or state.type != "function_call":
             return []
-        return self._streamed(state, state.key, as_str(event.get("arguments")))
+        return self._complete(state, state.key, as_str(event.get("arguments")))
 
     def _on_input_delta(self, event: dict[str, Any], response: dict[str, Any]) -> list[Event]:
         _, state = self._item_of(event)
@@ -360,9 +375,18 @@ class ResponsesDecoder(DecoderBase):
 
     def _on_input_done(self, event: dict[str, Any], response: dict[str, Any]) -> list[Event]:
         _, state = self._item_of(event)
-        if state is None or state.type != "custom_tool_call" or state.custom_text:
+        if state is None or state.type != "custom_tool_call":
             return []
-        return self._custom_input(state, as_str(event.get("input")))
+        return self._complete_input(state, as_str(event.get("input")))
+
+    def _complete_input(self, state: _Item, final: str | None) -> list[Event]:
+        given = "".join(state.custom_input)
+        if not final or final == given:
+            return []
+        if final.startswith(given):
+            return self._custom_input(state, final[len(given) :])
+        self._note("a custom tool call's final input differed from its deltas; deltas kept")
+        return []
 
     def _on_item_done(self, event: dict[str, Any], response: dict[str, Any]) -> list[Event]:
         index, state = self._item_of(event)
@@ -383,12 +407,10 @@ class ResponsesDecoder(DecoderBase):
         if state.type == "message":
             content = item.get("content")
             for content_index, part in enumerate(content if isinstance(content, list) else []):
-                if not isinstance(part, dict) or content_index in state.parts:
-                    continue
-                kind = _PART_KINDS.get(as_str(part.get("type")) or "")
+                kind = _part_kind(part)
                 if kind is not None:
                     key, opened = self._open_part(state, content_index, kind)
-                    events += opened + self._streamed(state, key, _part_text(part))
+                    events += opened + self._complete(state, key, _part_text(part))
             for key in state.parts.values():
                 events += self._close(key)
         elif state.type == "reasoning":
@@ -401,12 +423,10 @@ class ResponsesDecoder(DecoderBase):
                 events += self._streamed(state, state.key, text)
             events += self._close(state.key, signature)
         elif state.type == "function_call":
-            if state.key not in state.streamed:
-                events += self._streamed(state, state.key, as_str(item.get("arguments")))
+            events += self._complete(state, state.key, as_str(item.get("arguments")))
             events += self._close(state.key)
         elif state.type == "custom_tool_call":
-            if not state.custom_text:
-                events += self._custom_input(state, as_str(item.get("input")))
+            events += self._complete_input(state, as_str(item.get("input")))
             if self._is_open(state.key):
                 events += self._delta(state.key, _CUSTOM_CLOSE)
             events += self._close(state.key)
