@@ -22,7 +22,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxai.translate.decoders import ChatDecoder, MessagesDecoder, ResponsesDecoder
+from proxai.protocols.names import WireApi
+from proxai.translate.decoders import (
+    ChatDecoder,
+    MessagesDecoder,
+    ResponsesDecoder,
+    decoder_for,
+)
 from proxai.translate.ir import (
     CUSTOM_TOOL_PARAMETER,
     Event,
@@ -1210,7 +1216,7 @@ def test_messages_server_tool_blocks_are_left_out_and_noted() -> None:
     )
     events = decode(decoder, body)
     assert items(events) == [Item(ItemKind.TEXT, "Found it.")]
-    assert "server_tool_use blocks (run by the upstream) were left out" in decoder.notes
+    assert decoder.notes == ["server_tool_use blocks (run by the upstream) were left out"]
 
 
 def test_messages_body_decodes_like_the_stream() -> None:
@@ -1319,3 +1325,18 @@ def test_check_well_formed_rejects_a_broken_stream(events: list[Event]) -> None:
 def test_check_well_formed_lets_a_failure_leave_items_open() -> None:
     check_well_formed([Started(), ItemStarted(0, ItemKind.TEXT), ItemDelta(0, "a"), Failed("x")])
     check_well_formed([Started(), ItemStarted(0, ItemKind.TEXT)], complete=False)
+
+
+@pytest.mark.parametrize(
+    ("api", "cls"),
+    [
+        (WireApi.CHAT, ChatDecoder),
+        (WireApi.RESPONSES, ResponsesDecoder),
+        (WireApi.MESSAGES, MessagesDecoder),
+    ],
+)
+def test_decoder_for_gives_a_fresh_decoder_of_the_upstreams_api(
+    api: WireApi, cls: type[AnyDecoder]
+) -> None:
+    first, second = decoder_for(api), decoder_for(api)
+    assert type(first) is cls and first is not second and first.notes == []

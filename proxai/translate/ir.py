@@ -196,6 +196,10 @@ class TranslationContext:
 class Decoder(Protocol):
     """An upstream API's responses, as neutral events."""
 
+    #: What the decoder saw and left out (other choices, hosted tool items, fragments it
+    #: could not place), deduplicated, for the outcome record.
+    notes: list[str]
+
     def feed(self, frame: SSEFrame) -> list[Event]:
         """Events of one SSE frame of a streamed response (comments give none)."""
         ...

@@ -287,8 +287,6 @@ class ChatDecoder(DecoderBase):
         key, events = self._open_item(ItemKind.TOOL_CALL, call_id=call_id, name=call.name)
         call.key = key
         self._called = True
-        if self._content is not None and not self._is_open(self._content[1]):
-            self._content = None
         events += self._delta(key, "".join(call.waiting))
         call.waiting.clear()
         return events

@@ -70,6 +70,7 @@ class MessagesDecoder(DecoderBase):
         self._blocks: dict[int, int] = {}  # block index -> item key
         self._signatures: dict[int, str] = {}  # block index -> signature so far
         self._initial_input: dict[int, str] = {}  # tool_use block index -> its start input
+        self._left_out: set[int] = set()  # indexes of server-run blocks
         self._usage: dict[str, Any] = {}
         self._stop_reason: str | None = None
         self._stop_sequence: str | None = None
@@ -167,6 +168,7 @@ class MessagesDecoder(DecoderBase):
         kind = _KINDS.get(block_type)
         if kind is None:
             self._note(f"{block_type} blocks (run by the upstream) were left out")
+            self._left_out.add(index)
             return events
         call_id = name = None
         if kind is ItemKind.TOOL_CALL:
@@ -192,6 +194,8 @@ class MessagesDecoder(DecoderBase):
         index = as_int(event.get("index"))
         delta = event.get("delta")
         key = self._blocks.get(index) if index is not None else None
+        if index in self._left_out:
+            return []
         if index is None or not self._is_open(key) or not isinstance(delta, dict):
             self._note("a content_block_delta for a block that is not open was ignored")
             return []

@@ -127,7 +127,7 @@ class ResponsesDecoder(DecoderBase):
         kind = as_str(event.get("type")) or frame.event or ""
         response = event.get("response")
         snapshot = response if isinstance(response, dict) else {}
-        events = self._start_from(snapshot)
+        events = [] if self._started else self._start_from(snapshot)
         if kind in _LIFECYCLE:
             return events
         handler = _HANDLERS.get(kind)
