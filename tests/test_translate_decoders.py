@@ -45,7 +45,14 @@ from proxai.translate.ir import (
     events_of,
 )
 from proxai.wire.sse import SSEFrame, SSEFramer
-from tests.fixtures import CHAT_TRANSCRIPTS, FIXTURES, TRANSCRIPTS, Transcript, transcript_params
+from tests.fixtures import (
+    CHAT_TRANSCRIPTS,
+    FIXTURES,
+    TRANSCRIPTS,
+    Transcript,
+    needs_fixtures,
+    transcript_params,
+)
 
 AnyDecoder = ChatDecoder | ResponsesDecoder | MessagesDecoder
 
@@ -253,6 +260,7 @@ def test_chat_recordings_decode_to_what_the_openai_sdk_accumulates(transcript: T
     assert finish.reason == completion.choices[0].finish_reason
 
 
+@needs_fixtures
 def test_chat_two_parallel_calls_stay_open_together_and_close_at_the_finish() -> None:
     body = (FIXTURES / "chat_parallel_tool_calls.sse").read_bytes()
     events = decode(ChatDecoder(), body)
@@ -273,12 +281,14 @@ def test_chat_two_parallel_calls_stay_open_together_and_close_at_the_finish() ->
     assert ending(events) == Finished(FinishReason.TOOL_CALLS)
 
 
+@needs_fixtures
 def test_chat_length_finish_is_length() -> None:
     events = decode(ChatDecoder(), (FIXTURES / "chat_finish_length.sse").read_bytes())
     assert items(events) == [Item(ItemKind.TEXT, '{"')]
     assert ending(events) == Finished(FinishReason.LENGTH)
 
 
+@needs_fixtures
 def test_chat_groq_error_event_fails_with_its_code_and_type_leaving_reasoning_open() -> None:
     body = (FIXTURES / "chat_groq_inband_error.1.sse").read_bytes()
     events = decode(ChatDecoder(), body)
@@ -750,6 +760,7 @@ def test_responses_body_decodes_like_its_stream(transcript: Transcript) -> None:
     assert usage_of(whole) == usage_of(streamed)
 
 
+@needs_fixtures
 def test_responses_reasoning_summary_parts_are_one_item_with_the_final_signature() -> None:
     body = (FIXTURES / "responses_reasoning_summary.1.sse").read_bytes()
     events = decode(ResponsesDecoder(), body)
@@ -767,6 +778,7 @@ def test_responses_reasoning_summary_parts_are_one_item_with_the_final_signature
     assert text.kind is ItemKind.TEXT
 
 
+@needs_fixtures
 def test_responses_hosted_tool_items_are_left_out_and_noted() -> None:
     decoder = ResponsesDecoder()
     events = decode(decoder, (FIXTURES / "responses_web_search.1.sse").read_bytes())
@@ -778,6 +790,7 @@ def test_responses_hosted_tool_items_are_left_out_and_noted() -> None:
     assert decoder.notes == ["web_search_call items (run by the upstream) were left out"]
 
 
+@needs_fixtures
 def test_responses_abridged_recording_keeps_its_deltas_and_notes_the_difference() -> None:
     transcript = next(t for t in TRANSCRIPTS if t.name == ABRIDGED)
     decoder = ResponsesDecoder()
@@ -786,6 +799,7 @@ def test_responses_abridged_recording_keeps_its_deltas_and_notes_the_difference(
     assert "a final text differed from its deltas; the deltas were kept" in decoder.notes
 
 
+@needs_fixtures
 @pytest.mark.parametrize(
     "name", ["responses_error_then_failed.DERIVED.sse", "vercel_openai-error.1.chunks.txt"]
 )

@@ -121,7 +121,7 @@ class ChatDecoder(DecoderBase):
         data = frame.data
         if data is None or self._ended:
             return []
-        if data.strip() == DONE:
+        if data[:1] != b"{" and data.strip() == DONE:
             return self._done()
         chunk = load_object(data)
         if frame.event == "error" and (chunk is None or not chunk.get("error")):
@@ -170,17 +170,22 @@ class ChatDecoder(DecoderBase):
         error = chunk.get("error")
         if error:
             return self._error(error)
-        response_id = as_str(chunk.get("id"))
-        if self._response_id is None:
-            self._response_id = response_id
-        events = self._start(response_id, as_str(chunk.get("model")), as_int(chunk.get("created")))
+        events: list[Event] = []
+        if not self._started:
+            self._response_id = as_str(chunk.get("id"))
+            model, created = as_str(chunk.get("model")), as_int(chunk.get("created"))
+            events = self._start(self._response_id, model, created)
         finished_before = self._finish_reason is not None
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self._usage = chat_usage(usage)
         choices = chunk.get("choices")
         first = None
-        if isinstance(choices, list):
+        if not isinstance(choices, list):
+            pass
+        elif len(choices) == 1 and isinstance(choices[0], dict) and not choices[0].get("index"):
+            first = choices[0]  # the usual chunk: one choice, index 0 (or none)
+        else:
             for position, choice in enumerate(choices):
                 if not isinstance(choice, dict):
                     continue
@@ -191,7 +196,7 @@ class ChatDecoder(DecoderBase):
                     self._note("choices other than index 0 were ignored")
         if first is not None:
             events += self._choice(first, finished_before)
-        if finished_before and (first is None or isinstance(usage, dict)):
+        if finished_before and (not choices or isinstance(usage, dict)):
             # The usage chunk after finish_reason: nothing else will come.
             events += self._end()
         return events
@@ -218,35 +223,38 @@ class ChatDecoder(DecoderBase):
         return events
 
     def _delta_fields(self, delta: dict[str, Any]) -> list[Event]:
+        # Most deltas carry one short string: each field is looked at only if present.
         events: list[Event] = []
-        reasoning = _text(delta.get("reasoning_content")) or _text(delta.get("reasoning"))
-        events += self._content_delta(ItemKind.REASONING, reasoning)
-        events += self._content_delta(ItemKind.TEXT, _text(delta.get("content")))
-        events += self._content_delta(ItemKind.REFUSAL, as_str(delta.get("refusal")))
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if reasoning:
+            events += self._content_delta(ItemKind.REASONING, _text(reasoning))
+        content = delta.get("content")
+        if content:
+            events += self._content_delta(ItemKind.TEXT, _text(content))
+        refusal = delta.get("refusal")
+        if refusal:
+            events += self._content_delta(ItemKind.REFUSAL, as_str(refusal))
         tool_calls = delta.get("tool_calls")
-        if isinstance(tool_calls, list):
+        if tool_calls and isinstance(tool_calls, list):
             for position, call in enumerate(tool_calls):
                 if isinstance(call, dict):
                     index = as_int(call.get("index"))
                     slot = index if index is not None else position
                     events += self._fragment(slot, call, call.get("function"))
         function_call = delta.get("function_call")
-        if isinstance(function_call, dict):  # the deprecated single-function form
+        if function_call and isinstance(function_call, dict):  # the deprecated single-function form
             events += self._fragment("function_call", {}, function_call)
         return events
 
     def _content_delta(self, kind: ItemKind, text: str | None) -> list[Event]:
         if not text:
             return []
-        events: list[Event] = []
-        if (
-            self._content is None
-            or self._content[0] is not kind
-            or not self._is_open(self._content[1])
-        ):
-            key, events = self._open_item(kind)
-            self._content = (kind, key)
-        return events + self._delta(self._content[1], text)
+        content = self._content
+        if content is not None and content[0] is kind and content[1] in self._open:
+            return self._delta(content[1], text)
+        key, events = self._open_item(kind)
+        self._content = (kind, key)
+        return events + self._delta(key, text)
 
     def _fragment(self, slot: int | str, call: dict[str, Any], function: Any) -> list[Event]:
         function = function if isinstance(function, dict) else {}
