@@ -1,0 +1,166 @@
+"""What the three decoders share: item numbering, the open/close discipline, the ending.
+
+Every decoder hands out the same shape of stream, whatever its upstream did:
+
+- :class:`~proxai.translate.ir.Started` first (also before a :class:`Failed`);
+- items numbered 0, 1, 2... in opening order; at most one text, refusal or
+  reasoning item open at a time, and never while a tool call is open. Opening
+  a tool call closes an open text item; opening a text item closes everything
+  open. Tool calls may stay open together (parallel calls), in opening order;
+- a tool call that got no argument text gets ``"{}"`` before it closes;
+- no empty :class:`ItemDelta`;
+- exactly one terminal event, last; nothing after it. :class:`Finished` comes
+  with every item closed; :class:`Failed` leaves open items open.
+
+Encoders may rely on all of it; :func:`proxai.translate.ir.check_well_formed`
+checks it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import orjson
+
+from ..ir import (
+    Event,
+    Failed,
+    Finished,
+    FinishReason,
+    ItemDelta,
+    ItemDone,
+    ItemKind,
+    ItemStarted,
+    Started,
+    Usage,
+)
+
+__all__ = ["DecoderBase", "as_int", "as_str", "load_object"]
+
+#: Notes kept per response, so a hostile stream cannot grow them without bound.
+_MAX_NOTES = 32
+
+
+def as_str(value: Any) -> str | None:
+    """``value`` if it is a string."""
+    return value if isinstance(value, str) else None
+
+
+def as_int(value: Any) -> int | None:
+    """``value`` if it is an integer (JSON ``true`` is not a count)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def load_object(data: bytes) -> dict[str, Any] | None:
+    """The JSON object ``data`` holds, or None for anything else."""
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+@attrs.define
+class _Open:
+    kind: ItemKind
+    has_text: bool = False
+
+
+class DecoderBase:
+    """Items, start and end of one response, for the decoders built on it."""
+
+    def __init__(self) -> None:
+        self._next_key = 0
+        self._open: dict[int, _Open] = {}  # in opening order
+        self._started = False
+        self._ended = False
+        #: What the decoder saw and left out (other choices, hosted tool items,
+        #: fragments it could not place), for the outcome record. Deduplicated.
+        self.notes: list[str] = []
+
+    @property
+    def ended(self) -> bool:
+        """The terminal event (:class:`Finished` or :class:`Failed`) was given."""
+        return self._ended
+
+    def _note(self, message: str) -> None:
+        if message not in self.notes and len(self.notes) < _MAX_NOTES:
+            self.notes.append(message)
+
+    def _start(
+        self, id: str | None = None, model: str | None = None, created: int | None = None
+    ) -> list[Event]:
+        if self._started:
+            return []
+        self._started = True
+        return [Started(id=id, model=model, created=created)]
+
+    def _is_open(self, key: int | None) -> bool:
+        return key is not None and key in self._open
+
+    def _open_item(
+        self, kind: ItemKind, call_id: str | None = None, name: str | None = None
+    ) -> tuple[int, list[Event]]:
+        """Open an item; first close what the discipline says it replaces."""
+        if kind is ItemKind.TOOL_CALL:
+            events = self._close_where(lambda item: item.kind is not ItemKind.TOOL_CALL)
+        else:
+            events = self._close_all()
+        key = self._next_key
+        self._next_key += 1
+        self._open[key] = _Open(kind)
+        events.append(ItemStarted(key, kind, call_id=call_id, name=name))
+        return key, events
+
+    def _delta(self, key: int | None, text: str | None) -> list[Event]:
+        if not text or key is None:
+            return []
+        item = self._open.get(key)
+        if item is None:
+            return []
+        item.has_text = True
+        return [ItemDelta(key, text)]
+
+    def _close(self, key: int | None, signature: str | None = None) -> list[Event]:
+        if key is None:
+            return []
+        item = self._open.pop(key, None)
+        if item is None:
+            return []
+        events: list[Event] = []
+        if item.kind is ItemKind.TOOL_CALL and not item.has_text:
+            events.append(ItemDelta(key, "{}"))
+        if item.kind is not ItemKind.REASONING:
+            signature = None
+        events.append(ItemDone(key, signature or None))
+        return events
+
+    def _close_where(self, predicate: Any) -> list[Event]:
+        events: list[Event] = []
+        for key in [k for k, item in self._open.items() if predicate(item)]:
+            events += self._close(key)
+        return events
+
+    def _close_all(self) -> list[Event]:
+        return self._close_where(lambda item: True)
+
+    def _finish(
+        self, reason: FinishReason, usage: Usage | None, stop_sequence: str | None = None
+    ) -> list[Event]:
+        """Close everything, then usage and the normal end."""
+        if self._ended:
+            return []
+        events = self._start() + self._close_all()
+        if usage is not None:
+            events.append(usage)
+        events.append(Finished(reason, stop_sequence))
+        self._ended = True
+        return events
+
+    def _fail(self, message: str, code: str | None = None, type: str | None = None) -> list[Event]:
+        """The upstream's in-band error: the last event, open items left open."""
+        if self._ended:
+            return []
+        self._ended = True
+        return [*self._start(), Failed(message or "upstream error", code=code, type=type)]

@@ -1,0 +1,226 @@
+"""Anthropic Messages upstreams.
+
+Content blocks map to neutral items: ``text`` to TEXT, ``thinking`` to
+REASONING (its ``signature_delta`` the item's signature), ``redacted_thinking``
+to a REASONING item with no text whose signature is the block's ``data``,
+``tool_use`` to a TOOL_CALL (``id`` and ``name``; ``input_json_delta`` fragments
+are the arguments, and a call that streamed none gets its start block's
+``input``, usually ``{}``). Server-run blocks (``server_tool_use``,
+``web_search_tool_result``, ``mcp_tool_use``...) are left out and noted, as are
+citations.
+
+Usage is merged from ``message_start`` and ``message_delta`` (the latter is
+cumulative); neutral input tokens count cache reads and writes too, as the
+other APIs do. ``message_stop`` ends the response with the ``stop_reason`` of
+``message_delta``; ``event: error`` is :class:`Failed`; ``ping`` is nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ...wire.sse import SSEFrame
+from ..ir import Event, FinishReason, ItemKind, Usage
+from ._base import DecoderBase, as_int, as_str, load_object
+
+__all__ = ["MessagesDecoder", "messages_usage"]
+
+_STOP_REASONS = {
+    "end_turn": FinishReason.STOP,
+    "pause_turn": FinishReason.STOP,
+    "stop_sequence": FinishReason.STOP_SEQUENCE,
+    "tool_use": FinishReason.TOOL_CALLS,
+    "max_tokens": FinishReason.LENGTH,
+    "model_context_window_exceeded": FinishReason.LENGTH,
+    "refusal": FinishReason.CONTENT_FILTER,
+}
+_KINDS = {
+    "text": ItemKind.TEXT,
+    "thinking": ItemKind.REASONING,
+    "redacted_thinking": ItemKind.REASONING,
+    "tool_use": ItemKind.TOOL_CALL,
+}
+
+
+def messages_usage(usage: dict[str, Any]) -> Usage:
+    """Anthropic usage in neutral terms: input counts every prompt token."""
+    fresh = as_int(usage.get("input_tokens"))
+    read = as_int(usage.get("cache_read_input_tokens"))
+    written = as_int(usage.get("cache_creation_input_tokens"))
+    total = None if fresh is None else fresh + (read or 0) + (written or 0)
+    return Usage(
+        input_tokens=total,
+        output_tokens=as_int(usage.get("output_tokens")),
+        cached_tokens=read,
+        cache_creation_tokens=written,
+    )
+
+
+def _stop_reason(reason: str | None) -> FinishReason:
+    return _STOP_REASONS.get(reason or "end_turn", FinishReason.STOP)
+
+
+class MessagesDecoder(DecoderBase):
+    """A Messages stream or body, as neutral events; see the module docstring."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._blocks: dict[int, int] = {}  # block index -> item key
+        self._signatures: dict[int, str] = {}  # block index -> signature so far
+        self._initial_input: dict[int, str] = {}  # tool_use block index -> its start input
+        self._left_out: set[int] = set()  # indexes of server-run blocks
+        self._usage: dict[str, Any] = {}
+        self._stop_reason: str | None = None
+        self._stop_sequence: str | None = None
+
+    # -- streams ------------------------------------------------------------------
+
+    def feed(self, frame: SSEFrame) -> list[Event]:
+        data = frame.data
+        if data is None or self._ended or frame.event == "ping":
+            return []
+        event = load_object(data)
+        if event is None:
+            if frame.event == "error":
+                return self._fail(data.decode("utf-8", "replace")[:500])
+            self._note("a data line that is not a JSON object was ignored")
+            return []
+        kind = as_str(event.get("type")) or frame.event
+        if kind == "content_block_delta":
+            return self._block_delta(event)
+        if kind == "content_block_start":
+            return self._block_start(event)
+        if kind == "content_block_stop":
+            return self._block_stop(as_int(event.get("index")))
+        if kind == "message_start":
+            message = event.get("message")
+            return self._message_start(message if isinstance(message, dict) else {})
+        if kind == "message_delta":
+            return self._message_delta(event)
+        if kind == "message_stop":
+            return self._end()
+        if kind == "error":
+            return self._error(event.get("error"))
+        return []
+
+    def close(self) -> list[Event]:
+        return []  # only message_stop says the message is complete
+
+    def decode_body(self, body: dict[str, Any]) -> list[Event]:
+        if body.get("type") == "error":
+            return self._error(body.get("error"))
+        events = self._message_start(body)
+        content = body.get("content")
+        for index, block in enumerate(content if isinstance(content, list) else []):
+            if not isinstance(block, dict):
+                continue
+            events += self._block_start({"index": index, "content_block": block})
+            events += self._block_stop(index)
+        self._stop_reason = as_str(body.get("stop_reason"))
+        self._stop_sequence = as_str(body.get("stop_sequence"))
+        return events + self._end()
+
+    # -- message ------------------------------------------------------------------
+
+    def _message_start(self, message: dict[str, Any]) -> list[Event]:
+        usage = message.get("usage")
+        if isinstance(usage, dict):
+            self._usage.update(usage)
+        return self._start(as_str(message.get("id")), as_str(message.get("model")))
+
+    def _message_delta(self, event: dict[str, Any]) -> list[Event]:
+        delta = event.get("delta")
+        if isinstance(delta, dict):
+            self._stop_reason = as_str(delta.get("stop_reason")) or self._stop_reason
+            self._stop_sequence = as_str(delta.get("stop_sequence")) or self._stop_sequence
+        usage = event.get("usage")
+        if isinstance(usage, dict):
+            # Cumulative; a field it leaves out (or sends as null) keeps its earlier value.
+            self._usage.update({k: v for k, v in usage.items() if v is not None})
+        return self._start()
+
+    def _end(self) -> list[Event]:
+        reason = _stop_reason(self._stop_reason)
+        stop_sequence = self._stop_sequence if reason is FinishReason.STOP_SEQUENCE else None
+        usage = messages_usage(self._usage) if self._usage else None
+        return self._finish(reason, usage, stop_sequence)
+
+    def _error(self, error: Any) -> list[Event]:
+        if not isinstance(error, dict):
+            return self._fail(str(error or "error"))
+        return self._fail(
+            as_str(error.get("message")) or "the upstream failed",
+            type=as_str(error.get("type")),
+        )
+
+    # -- blocks -------------------------------------------------------------------
+
+    def _block_start(self, event: dict[str, Any]) -> list[Event]:
+        index = as_int(event.get("index"))
+        block = event.get("content_block")
+        if index is None or not isinstance(block, dict):
+            self._note("a content_block_start without an index or a block was ignored")
+            return []
+        events = self._start()
+        block_type = as_str(block.get("type")) or "unknown"
+        kind = _KINDS.get(block_type)
+        if kind is None:
+            self._note(f"{block_type} blocks (run by the upstream) were left out")
+            self._left_out.add(index)
+            return events
+        call_id = name = None
+        if kind is ItemKind.TOOL_CALL:
+            call_id = as_str(block.get("id")) or f"toolu_{index}"
+            name = as_str(block.get("name")) or ""
+            initial = block.get("input")  # {} when streamed; the whole input in a body
+            self._initial_input[index] = (
+                orjson.dumps(initial).decode() if isinstance(initial, dict) and initial else ""
+            )
+        key, opened = self._open_item(kind, call_id=call_id, name=name)
+        self._blocks[index] = key
+        events += opened
+        if block_type == "redacted_thinking":
+            self._signatures[index] = as_str(block.get("data")) or ""
+        elif kind is ItemKind.REASONING:
+            self._signatures[index] = as_str(block.get("signature")) or ""
+            events += self._delta(key, as_str(block.get("thinking")))
+        elif kind is ItemKind.TEXT:
+            events += self._delta(key, as_str(block.get("text")))
+        return events
+
+    def _block_delta(self, event: dict[str, Any]) -> list[Event]:
+        index = as_int(event.get("index"))
+        delta = event.get("delta")
+        key = self._blocks.get(index) if index is not None else None
+        if index in self._left_out:
+            return []
+        if index is None or not self._is_open(key) or not isinstance(delta, dict):
+            self._note("a content_block_delta for a block that is not open was ignored")
+            return []
+        delta_type = delta.get("type")
+        if delta_type == "text_delta":
+            return self._delta(key, as_str(delta.get("text")))
+        if delta_type == "thinking_delta":
+            return self._delta(key, as_str(delta.get("thinking")))
+        if delta_type == "input_json_delta":
+            fragment = as_str(delta.get("partial_json"))
+            if fragment:
+                self._initial_input.pop(index, None)
+            return self._delta(key, fragment)
+        if delta_type == "signature_delta":
+            self._signatures[index] = self._signatures.get(index, "") + (
+                as_str(delta.get("signature")) or ""
+            )
+            return []
+        if delta_type == "citations_delta":
+            self._note("citations were left out")
+        return []
+
+    def _block_stop(self, index: int | None) -> list[Event]:
+        if index is None or index not in self._blocks:
+            return []
+        key = self._blocks[index]
+        events = self._delta(key, self._initial_input.pop(index, None))
+        return events + self._close(key, self._signatures.pop(index, None))
