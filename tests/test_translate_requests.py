@@ -37,7 +37,11 @@ from openai.types.responses.response_create_params import (
 from proxai.errors import ProxyError
 from proxai.protocols.names import WireApi
 from proxai.testing.seed import TURN1_REQUEST, TURN2_REQUEST, WEATHER_ARGUMENTS, WEATHER_RESULT
-from proxai.translate.ir import CUSTOM_TOOL_PARAMETER, TranslationContext, wrap_reasoning
+from proxai.translate.ir import (
+    CUSTOM_TOOL_PARAMETER,
+    TranslationContext,
+    wrap_reasoning,
+)
 from proxai.translate.options import MaxTokensField, TranslationOptions
 from proxai.translate.requests import (
     TRANSLATORS,
@@ -1722,6 +1726,95 @@ def test_a_history_through_chat_and_back_to_anthropic_keeps_roles_alternating(
         assert sorted(results) == sorted(previous) if message["role"] == "user" else not results
         assert [b["type"] for b in blocks][: len(results)] == ["tool_result"] * len(results)
         previous = [b["id"] for b in blocks if b["type"] == "tool_use"]
+
+
+@st.composite
+def responses_histories(draw: st.DrawFn) -> tuple[list[JSON], list[str]]:
+    """A Codex-like history: user turns, then model turns of reasoning (proxai's carrier or
+    an opaque blob), commentary and function or freeform calls, each call answered; and the
+    reasoning that must come back (proxai's, in a turn with a message or a call)."""
+    items: list[JSON] = [{"role": "user", "content": draw(_texts)}]
+    restored: list[str] = []
+    for turn in range(draw(st.integers(0, 4))):
+        thought = draw(_texts)
+        ours = draw(st.booleans())
+        if draw(st.booleans()):
+            blob = wrap_reasoning(thought) if ours else "gAAAA-opaque"
+            items.append({"type": "reasoning", "summary": [], "encrypted_content": blob})
+        else:
+            ours = False
+        said = draw(st.booleans())
+        if said:
+            text = [{"type": "output_text", "text": draw(_texts)}]
+            items.append({"role": "assistant", "content": text})
+        calls = [f"call_{turn}_{i}" for i in range(draw(st.integers(0, 3)))]
+        for call_id in calls:
+            if draw(st.booleans()):
+                patch = draw(_texts)
+                items.append(
+                    {
+                        "type": "custom_tool_call",
+                        "call_id": call_id,
+                        "name": "apply_patch",
+                        "input": patch,
+                    }
+                )
+            else:
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": call_id,
+                        "name": "shell",
+                        "arguments": "{}",
+                    }
+                )
+        for call_id in calls:
+            items.append(
+                {"type": "function_call_output", "call_id": call_id, "output": draw(_texts)}
+            )
+        if ours and (said or calls):
+            restored.append(thought)
+        if draw(st.booleans()):
+            items.append({"role": "user", "content": draw(_texts)})
+    return items, restored
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(responses_histories())
+def test_a_responses_history_keeps_calls_answered_in_order_and_reasoning_out_of_user_turns(
+    case: tuple[list[JSON], list[str]],
+) -> None:
+    history, restored = case
+    out, _ = translate(RESPONSES, CHAT, codex_request(history))
+    pending: list[str] = []
+    for message in out["messages"]:
+        if message["role"] == "tool":
+            assert message["tool_call_id"] == pending.pop(0)
+            continue
+        assert not pending
+        pending = [call["id"] for call in message.get("tool_calls", ())]
+        if message["role"] == "user":
+            assert "gAAAA" not in json.dumps(message) and "proxai-reasoning" not in json.dumps(
+                message
+            )
+    kept = [m["reasoning_content"] for m in out["messages"] if "reasoning_content" in m]
+    assert kept == restored
+
+
+def test_empty_system_prompts_leave_no_empty_system_message() -> None:
+    body = {
+        "model": "m",
+        "instructions": "",
+        "input": [{"role": "developer", "content": []}, {"role": "user", "content": "hi"}],
+    }
+    assert translate(RESPONSES, CHAT, body)[0]["messages"] == [{"role": "user", "content": "hi"}]
+    body = {
+        "model": "m",
+        "max_tokens": 5,
+        "system": [],
+        "messages": [{"role": "system", "content": ""}, {"role": "user", "content": "hi"}],
+    }
+    assert translate(MESSAGES, CHAT, body)[0]["messages"] == [{"role": "user", "content": "hi"}]
 
 
 # --- Errors -------------------------------------------------------------------------------

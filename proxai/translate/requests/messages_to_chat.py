@@ -123,6 +123,8 @@ class _History:
         self.messages: list[dict[str, JSON]] = []
 
     def system(self, text: str) -> None:
+        if not text:
+            return
         if self.messages and all(m["role"] == "system" for m in self.messages):
             lead = self.messages[-1]
             lead["content"] = f"{lead['content']}{SECTIONS_JOINER}{text}"

@@ -197,6 +197,8 @@ class _History:
     # -- messages of each role --
 
     def system(self, text: str) -> None:
+        if not text:
+            return
         self._close()
         if self.messages and all(m["role"] == "system" for m in self.messages):
             lead = self.messages[-1]
