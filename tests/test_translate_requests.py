@@ -1802,7 +1802,7 @@ def test_a_responses_history_keeps_calls_answered_in_order_and_reasoning_out_of_
 
 
 def test_empty_system_prompts_leave_no_empty_system_message() -> None:
-    body = {
+    body: dict[str, JSON] = {
         "model": "m",
         "instructions": "",
         "input": [{"role": "developer", "content": []}, {"role": "user", "content": "hi"}],
