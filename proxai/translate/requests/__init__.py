@@ -1,1 +1,81 @@
-"""Client requests as another API's requests (one module per pair, via Chat where composed)."""
+"""Client requests as another API's requests (one module per pair, via Chat where composed).
+
+:func:`translate_request` is the entry: it picks the pair's translator from
+:data:`TRANSLATORS` and builds the :class:`~proxai.translate.ir.TranslationContext`
+the response's decoder and encoder read. Four pairs are written out
+(Responses⇄Chat, Messages⇄Chat); Responses→Messages and Messages→Responses go
+through Chat, so each API's quirks live in one place. A request that cannot be
+translated raises :class:`~proxai.errors.ProxyError` (400
+``invalid_request_error`` naming the ``param``); the caller picks its shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ...errors import ProxyError
+from ...protocols.names import WireApi
+from ..ir import TranslationContext
+from ..options import TranslationOptions
+from .chat_to_messages import chat_to_messages
+from .chat_to_responses import chat_to_responses
+from .count_tokens import count_tokens_body, estimate_input_tokens
+from .errors import translate_error_body
+from .messages_to_chat import messages_to_chat
+from .responses_to_chat import responses_to_chat
+
+__all__ = [
+    "TRANSLATORS",
+    "Translator",
+    "count_tokens_body",
+    "estimate_input_tokens",
+    "translate_error_body",
+    "translate_request",
+]
+
+JSON = Any
+
+#: A request body in, the upstream's body out; fills the context as it learns.
+Translator = Callable[[dict[str, JSON], TranslationOptions, TranslationContext], dict[str, JSON]]
+
+
+def _via_chat(first: Translator, second: Translator) -> Translator:
+    def translate(
+        body: dict[str, JSON], options: TranslationOptions, ctx: TranslationContext
+    ) -> dict[str, JSON]:
+        return second(first(body, options, ctx), options, ctx)
+
+    translate.__doc__ = f"{first.__name__}, then {second.__name__}."
+    return translate
+
+
+#: (client API, upstream API) -> its translator.
+TRANSLATORS: dict[tuple[WireApi, WireApi], Translator] = {
+    (WireApi.RESPONSES, WireApi.CHAT): responses_to_chat,
+    (WireApi.MESSAGES, WireApi.CHAT): messages_to_chat,
+    (WireApi.CHAT, WireApi.RESPONSES): chat_to_responses,
+    (WireApi.CHAT, WireApi.MESSAGES): chat_to_messages,
+    (WireApi.RESPONSES, WireApi.MESSAGES): _via_chat(responses_to_chat, chat_to_messages),
+    (WireApi.MESSAGES, WireApi.RESPONSES): _via_chat(messages_to_chat, chat_to_responses),
+}
+
+
+def translate_request(
+    client: WireApi, upstream: WireApi, body: dict[str, JSON], options: TranslationOptions
+) -> tuple[dict[str, JSON], TranslationContext]:
+    """``body``, a ``client`` API request, as an ``upstream`` API request, and what the
+    response's translators need to know about it. ``body`` is not modified."""
+    translator = TRANSLATORS.get((client, upstream))
+    if translator is None:
+        raise ProxyError(
+            500, f"proxai cannot translate {client} requests to {upstream}", "server_error"
+        )
+    model = body.get("model")
+    ctx = TranslationContext(
+        client=client,
+        upstream=upstream,
+        stream=bool(body.get("stream")),
+        model=model if isinstance(model, str) else None,
+    )
+    return translator(body, options, ctx), ctx

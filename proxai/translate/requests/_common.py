@@ -1,0 +1,94 @@
+"""What every request translator needs: refusals naming a path, the dropped list, small shapes."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, NoReturn
+
+import orjson
+
+from ...errors import ProxyError
+from ..ir import TranslationContext
+
+__all__ = [
+    "MAX_TOOL_NAME",
+    "PARTS_JOINER",
+    "SECTIONS_JOINER",
+    "as_dict",
+    "as_list",
+    "drop",
+    "dumps",
+    "object_schema",
+    "refuse",
+    "shorten_tool_name",
+    "text_of",
+]
+
+#: Parts of one message that must become one string are joined with this.
+PARTS_JOINER = "\n"
+#: Separate instructions (system prompt, developer messages) merged into one are joined with this.
+SECTIONS_JOINER = "\n\n"
+#: The longest function name OpenAI's Chat Completions accepts.
+MAX_TOOL_NAME = 64
+
+JSON = Any
+
+
+def refuse(message: str, param: str) -> NoReturn:
+    """400 ``invalid_request_error`` naming ``param``: this request cannot be translated."""
+    raise ProxyError.invalid_request(message, param=param, code="unsupported_value")
+
+
+def drop(ctx: TranslationContext, path: str) -> None:
+    """Note that ``path`` of the request was not forwarded (once per path)."""
+    if path not in ctx.dropped:
+        ctx.dropped.append(path)
+
+
+def as_list(value: JSON, param: str) -> list[JSON]:
+    """``value`` as an array, ``[]`` for null; 400 for anything else."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        refuse(f"invalid request: {param}: expected an array", param)
+    return value
+
+
+def as_dict(value: JSON, param: str) -> dict[str, JSON]:
+    """``value`` as an object; 400 for anything else."""
+    if not isinstance(value, dict):
+        refuse(f"invalid request: {param}: expected an object", param)
+    return value
+
+
+def text_of(value: JSON, param: str) -> str:
+    """A string field (``None`` reads as empty); 400 for anything else."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        refuse(f"invalid request: {param}: expected a string", param)
+    return value
+
+
+def dumps(value: JSON) -> str:
+    """Compact JSON text, non-ASCII kept (tool arguments, as models write them)."""
+    return orjson.dumps(value).decode()
+
+
+def object_schema(schema: JSON) -> dict[str, JSON]:
+    """A function's parameters as an object schema: Chat upstreams reject any other root
+    (and a missing one), while Responses and Anthropic tools may leave it out."""
+    if not isinstance(schema, dict):
+        return {"type": "object", "properties": {}}
+    return {**schema, "type": "object"}
+
+
+def shorten_tool_name(name: str, ctx: TranslationContext) -> str:
+    """``name`` cut to :data:`MAX_TOOL_NAME` characters, made unique by a hash of the whole,
+    with the way back recorded in ``ctx.tool_names``; short names are left alone."""
+    if len(name) <= MAX_TOOL_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    short = f"{name[: MAX_TOOL_NAME - 9]}_{digest}"
+    ctx.tool_names[short] = name
+    return short

@@ -1,0 +1,319 @@
+"""A Chat Completions request as a Responses request (the inverse of notes 3a).
+
+Leading system and developer messages become ``instructions``, the rest of
+the conversation ``input`` items: assistant ``tool_calls`` one
+``function_call`` (or ``custom_tool_call``) item each, ``tool`` messages their
+outputs. Two defaults differ between the APIs and are set explicitly: function
+tools are strict by default in Responses (``strict: false`` unless the client
+said otherwise) and responses are stored by default (``store: false`` unless
+the client asked to store). Chat-only sampling controls with no Responses
+counterpart (``stop``, ``seed``, penalties, ``logprobs``...) are dropped and
+listed; ``n`` above 1 and the legacy ``functions`` are refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...protocols.names import WireApi
+from ..ir import TranslationContext
+from ..options import TranslationOptions
+from ._common import PARTS_JOINER, SECTIONS_JOINER, as_dict, as_list, drop, refuse, text_of
+
+__all__ = ["MIN_OUTPUT_TOKENS", "chat_to_responses"]
+
+JSON = Any
+
+#: The smallest ``max_output_tokens`` Responses accepts; smaller Chat limits are raised to it.
+MIN_OUTPUT_TOKENS = 16
+
+#: Chat fields forwarded under the same name.
+_SAME = (
+    "model",
+    "temperature",
+    "top_p",
+    "parallel_tool_calls",
+    "user",
+    "safety_identifier",
+    "prompt_cache_key",
+    "prompt_cache_retention",
+    "service_tier",
+    "metadata",
+)
+#: Fields read below; any other is listed as dropped.
+_HANDLED = frozenset(
+    {
+        *_SAME,
+        "messages",
+        "tools",
+        "tool_choice",
+        "max_tokens",
+        "max_completion_tokens",
+        "response_format",
+        "verbosity",
+        "reasoning_effort",
+        "stream",
+        "stream_options",
+        "store",
+        "n",
+        "web_search_options",
+    }
+)
+
+
+def chat_to_responses(
+    body: dict[str, JSON], options: TranslationOptions, ctx: TranslationContext
+) -> dict[str, JSON]:
+    """The Responses request for a Chat Completions request ``body``; fills ``ctx``."""
+    _refuse_untranslatable(body)
+    out: dict[str, JSON] = {key: body[key] for key in _SAME if body.get(key) is not None}
+    instructions, items = _Input(ctx).build(as_list(body.get("messages"), "messages"))
+    if instructions:
+        out["instructions"] = instructions
+    out["input"] = items
+
+    tools = _tools(body.get("tools"), options, ctx)
+    if isinstance(body.get("web_search_options"), dict):
+        tools.append(_web_search(body["web_search_options"]))
+    if tools:
+        out["tools"] = tools
+        if body.get("tool_choice") is not None:
+            out["tool_choice"] = _tool_choice(body["tool_choice"], ctx)
+    else:
+        out.pop("parallel_tool_calls", None)
+    limit = body.get("max_completion_tokens", body.get("max_tokens"))
+    if isinstance(limit, int):
+        out["max_output_tokens"] = max(limit, MIN_OUTPUT_TOKENS)
+    text = _text(body.get("response_format"), ctx)
+    if body.get("verbosity") is not None:
+        text["verbosity"] = body["verbosity"]
+    if text:
+        out["text"] = text
+    if body.get("reasoning_effort") is not None:
+        out["reasoning"] = {"effort": body["reasoning_effort"]}
+    out["store"] = bool(body.get("store", False))
+    stream_options = body.get("stream_options")
+    if body.get("stream"):
+        out["stream"] = True
+        if isinstance(stream_options, dict):
+            # Only a Chat client reads it (a composed pair's first half asks for usage too).
+            if ctx.client is WireApi.CHAT:
+                ctx.include_usage = bool(stream_options.get("include_usage"))
+            if stream_options.get("include_obfuscation") is not None:
+                out["stream_options"] = {
+                    "include_obfuscation": stream_options["include_obfuscation"]
+                }
+    for key, value in body.items():
+        if key not in _HANDLED and value is not None and value is not False:
+            drop(ctx, key)
+    return out
+
+
+def _refuse_untranslatable(body: dict[str, JSON]) -> None:
+    n = body.get("n")
+    if isinstance(n, int) and n > 1:
+        refuse("this upstream (Responses) returns one choice per request: `n` must be 1", "n")
+    for key in ("functions", "function_call"):
+        if body.get(key) is not None:
+            refuse(f"the legacy `{key}` cannot be translated: use `tools`", key)
+
+
+class _Input:
+    """Chat messages as ``instructions`` and Responses input items."""
+
+    def __init__(self, ctx: TranslationContext) -> None:
+        self.ctx = ctx
+        self.instructions: list[str] = []
+        self.items: list[dict[str, JSON]] = []
+        self._custom_calls: set[str] = set()  # call ids whose outputs are custom outputs
+
+    def build(self, messages: list[JSON]) -> tuple[str, list[dict[str, JSON]]]:
+        for index, message in enumerate(messages):
+            path = f"messages[{index}]"
+            self._message(as_dict(message, path), path)
+        return SECTIONS_JOINER.join(self.instructions), self.items
+
+    def _message(self, message: dict[str, JSON], path: str) -> None:
+        role = message.get("role")
+        content = message.get("content")
+        if role in ("system", "developer"):
+            text = _text_content(content, f"{path}.content")
+            if not self.items:
+                self.instructions.append(text)
+            else:
+                self.items.append({"type": "message", "role": role, "content": text})
+        elif role == "user":
+            parts = _input_parts(content, f"{path}.content")
+            self.items.append({"type": "message", "role": "user", "content": parts})
+        elif role == "assistant":
+            self._assistant(message, path)
+        elif role == "tool":
+            call_id = text_of(message.get("tool_call_id"), f"{path}.tool_call_id")
+            kind = "custom_tool_call_output" if call_id in self._custom_calls else None
+            output = _text_content(content, f"{path}.content")
+            item = {"type": kind or "function_call_output", "call_id": call_id, "output": output}
+            self.items.append(item)
+        elif role == "function":
+            refuse("legacy `function` messages cannot be translated: use tool calls", path)
+        else:
+            refuse(f"invalid request: {path}.role: unknown role {role!r}", f"{path}.role")
+
+    def _assistant(self, message: dict[str, JSON], path: str) -> None:
+        content = message.get("content")
+        texts = []
+        if isinstance(content, str):
+            texts.append(content)
+        else:
+            for index, part in enumerate(as_list(content, f"{path}.content")):
+                part = as_dict(part, f"{path}.content[{index}]")
+                key = "refusal" if part.get("type") == "refusal" else "text"
+                texts.append(text_of(part.get(key), f"{path}.content[{index}].{key}"))
+        if message.get("refusal"):
+            texts.append(text_of(message["refusal"], f"{path}.refusal"))
+        if message.get("reasoning_content") or message.get("reasoning"):
+            drop(self.ctx, "messages.reasoning_content")  # Responses reads only its own reasoning
+        if message.get("function_call") is not None:
+            refuse("a legacy `function_call` cannot be translated: use tool calls", path)
+        text = PARTS_JOINER.join(t for t in texts if t)
+        if text:
+            self.items.append({"type": "message", "role": "assistant", "content": text})
+        for index, call in enumerate(as_list(message.get("tool_calls"), f"{path}.tool_calls")):
+            here = f"{path}.tool_calls[{index}]"
+            self.items.append(self._call(as_dict(call, here), here))
+
+    def _call(self, call: dict[str, JSON], path: str) -> dict[str, JSON]:
+        call_id = text_of(call.get("id"), f"{path}.id")
+        if call.get("type") == "custom":
+            custom = as_dict(call.get("custom"), f"{path}.custom")
+            self._custom_calls.add(call_id)
+            return {
+                "type": "custom_tool_call",
+                "call_id": call_id,
+                "name": text_of(custom.get("name"), f"{path}.custom.name"),
+                "input": text_of(custom.get("input"), f"{path}.custom.input"),
+            }
+        function = as_dict(call.get("function"), f"{path}.function")
+        return {
+            "type": "function_call",
+            "call_id": call_id,
+            "name": text_of(function.get("name"), f"{path}.function.name"),
+            "arguments": text_of(function.get("arguments"), f"{path}.function.arguments"),
+        }
+
+
+def _text_content(content: JSON, path: str) -> str:
+    """Text-only content (system, developer, tool messages) as one string."""
+    if content is None or isinstance(content, str):
+        return text_of(content, path)
+    texts = []
+    for index, part in enumerate(as_list(content, path)):
+        part = as_dict(part, f"{path}[{index}]")
+        texts.append(text_of(part.get("text"), f"{path}[{index}].text"))
+    return PARTS_JOINER.join(texts)
+
+
+def _input_parts(content: JSON, path: str) -> list[dict[str, JSON]]:
+    if isinstance(content, str):
+        return [{"type": "input_text", "text": content}]
+    parts: list[dict[str, JSON]] = []
+    for index, part in enumerate(as_list(content, path)):
+        here = f"{path}[{index}]"
+        part = as_dict(part, here)
+        kind = part.get("type")
+        if kind == "text":
+            parts.append({"type": "input_text", "text": text_of(part.get("text"), f"{here}.text")})
+        elif kind == "image_url":
+            image = as_dict(part.get("image_url"), f"{here}.image_url")
+            url = text_of(image.get("url"), f"{here}.image_url.url")
+            detail = image.get("detail") or "auto"
+            parts.append({"type": "input_image", "image_url": url, "detail": detail})
+        elif kind == "input_audio":
+            audio = as_dict(part.get("input_audio"), f"{here}.input_audio")
+            parts.append({"type": "input_audio", "input_audio": audio})
+        elif kind == "file":
+            file = as_dict(part.get("file"), f"{here}.file")
+            keys = ("file_data", "file_id", "filename")
+            parts.append({"type": "input_file", **{k: file[k] for k in keys if file.get(k)}})
+        else:
+            refuse(f"{here}: content of type {kind!r} cannot be translated", here)
+    return parts
+
+
+def _tools(tools: JSON, options: TranslationOptions, ctx: TranslationContext) -> list[JSON]:
+    out: list[JSON] = []
+    for index, tool in enumerate(as_list(tools, "tools")):
+        path = f"tools[{index}]"
+        tool = as_dict(tool, path)
+        kind = tool.get("type")
+        if kind == "function":
+            function = as_dict(tool.get("function"), f"{path}.function")
+            out.append(
+                {
+                    "type": "function",
+                    "name": text_of(function.get("name"), f"{path}.function.name"),
+                    "description": function.get("description"),
+                    "parameters": function.get("parameters")
+                    or {"type": "object", "properties": {}},
+                    "strict": bool(function.get("strict", False)),
+                }
+            )
+            if out[-1]["description"] is None:
+                del out[-1]["description"]
+        elif kind == "custom":
+            custom = as_dict(tool.get("custom"), f"{path}.custom")
+            keys = ("name", "description", "format")
+            out.append({"type": "custom", **{k: custom[k] for k in keys if custom.get(k)}})
+        elif options.strict:
+            refuse(f"{path}: tools of type {kind!r} cannot be translated", path)
+        else:
+            drop(ctx, f"tools.{kind}")
+    return out
+
+
+def _web_search(options: dict[str, JSON]) -> dict[str, JSON]:
+    """Chat's ``web_search_options`` as the Responses ``web_search`` tool."""
+    tool: dict[str, JSON] = {"type": "web_search"}
+    if options.get("search_context_size") is not None:
+        tool["search_context_size"] = options["search_context_size"]
+    location = options.get("user_location")
+    if isinstance(location, dict) and isinstance(location.get("approximate"), dict):
+        tool["user_location"] = {"type": "approximate", **location["approximate"]}
+    return tool
+
+
+def _tool_choice(choice: JSON, ctx: TranslationContext) -> JSON:
+    if isinstance(choice, str):
+        return choice
+    choice = as_dict(choice, "tool_choice")
+    kind = choice.get("type")
+    if kind in ("function", "custom"):
+        named = as_dict(choice.get(kind), f"tool_choice.{kind}")
+        return {"type": kind, "name": named.get("name")}
+    if kind == "allowed_tools":
+        allowed = as_dict(choice.get("allowed_tools"), "tool_choice.allowed_tools")
+        tools = []
+        for tool in as_list(allowed.get("tools"), "tool_choice.allowed_tools.tools"):
+            tool = as_dict(tool, "tool_choice.allowed_tools.tools")
+            kind = tool.get("type")
+            inner = tool.get(kind) if isinstance(kind, str) else None
+            name = inner.get("name") if isinstance(inner, dict) else tool.get("name")
+            tools.append({"type": kind, "name": name})
+        return {"type": "allowed_tools", "mode": allowed.get("mode", "auto"), "tools": tools}
+    drop(ctx, "tool_choice")
+    return "auto"
+
+
+def _text(response_format: JSON, ctx: TranslationContext) -> dict[str, JSON]:
+    if response_format is None:
+        return {}
+    form = as_dict(response_format, "response_format")
+    kind = form.get("type")
+    if kind == "json_object":
+        return {"format": {"type": "json_object"}}
+    if kind == "json_schema":
+        schema = as_dict(form.get("json_schema"), "response_format.json_schema")
+        keys = ("name", "schema", "strict", "description")
+        return {"format": {"type": "json_schema", **{k: schema[k] for k in keys if k in schema}}}
+    if kind != "text":
+        drop(ctx, "response_format")
+    return {}
