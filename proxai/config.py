@@ -141,7 +141,7 @@ class UpstreamConfig:
     headers: dict[str, str] = attrs.field(factory=dict, repr=False)
     timeouts: UpstreamTimeouts = UpstreamTimeouts()
     #: How requests translated for this upstream are written (see docs/translation.md).
-    translation: TranslationOptions = TranslationOptions()
+    translation: TranslationOptions = attrs.field(factory=TranslationOptions)
     #: Verify the upstream's TLS certificate (against ``ca_bundle`` if set).
     verify: bool = True
     ca_bundle: str | None = None
@@ -289,7 +289,6 @@ class Config:
         if self.upstream.base_url is not None:
             return [(DEFAULT_NAME, self.upstream), *named]
         return named
-
 
 
 _converter = strict_converter(forbid_extra_keys=True)

@@ -156,11 +156,13 @@ async def test_messages_go_to_the_anthropic_upstream_with_its_key(
     ]
 
 
-async def test_without_an_anthropic_upstream_messages_is_an_anthropic_404(
+async def test_without_an_anthropic_upstream_other_messages_paths_are_an_anthropic_404(
     autojump_clock: MockClock,
 ) -> None:
+    # POST /v1/messages itself is translated for an OpenAI-compatible upstream
+    # (tests/test_translation.py); the rest of Anthropic's API has no translation.
     async with MemoryProxy([sse(WHOLE)]) as proxy:
-        exchange = await proxy.request(REQUEST, path=MESSAGES)
+        exchange = await proxy.request(b"", path=MESSAGES + "/batches", method="GET")
     assert exchange.status == 404
     body = exchange.json()
     assert body["type"] == "error"

@@ -11,7 +11,7 @@ import pytest
 import proxai
 
 #: Packages and modules of pure protocol logic and decisions: bytes, events and the time in.
-SANS_IO = ["wire", "protocols", "policy", "outcome", "errors", "config", "converters"]
+SANS_IO = ["wire", "protocols", "policy", "translate", "outcome", "errors", "config", "converters"]
 SANS_IO_MODULES = ["proxai.relay.ending", "proxai.relay.messages"]
 IO_LIBRARIES = ("trio", "hypercorn", "httpx", "httpcore", "anyio")
 

@@ -72,14 +72,17 @@ def test_a_route_whose_upstreams_speak_the_api_comes_before_one_that_translates(
     # "*" (an OpenAI upstream) comes first and could take a Messages request translated,
     # but claude-* speaks Messages itself: routes written before translation keep their
     # meaning.
-    routes = [{"model": "*", "upstreams": ["local"]}, {"model": "claude-*", "upstreams": ["claude"]}]
+    routes = [
+        {"model": "*", "upstreams": ["local"]},
+        {"model": "claude-*", "upstreams": ["claude"]},
+    ]
     router = Router(config(routes))
     assert route(router, WireApi.MESSAGES, "claude-opus-4").upstreams == ("claude",)
     assert route(router, WireApi.CHAT, "claude-opus-4").upstreams == ("local",)
 
 
 def test_a_request_no_native_route_serves_is_translated_for_the_first_matching_one() -> None:
-    router = Router(config())
+    router = Router(config(ROUTES[:4]))  # no catch-all to an OpenAI upstream
     # Anthropic's route for an OpenAI client: Chat is translated into Messages.
     assert route(router, WireApi.CHAT, "claude-opus-4").upstreams == ("claude",)
     # Claude Code asking for gpt-5: the gpt-* route, translated into Chat.

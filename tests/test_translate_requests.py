@@ -1774,7 +1774,9 @@ def responses_histories(draw: st.DrawFn) -> tuple[list[JSON], list[str]]:
             )
         if ours and (said or calls):
             restored.append(thought)
-        if draw(st.booleans()):
+        # A turn that only thought ends with the user speaking: without it the next
+        # turn's message would be this turn's, and take its reasoning.
+        if draw(st.booleans()) or not (said or calls):
             items.append({"role": "user", "content": draw(_texts)})
     return items, restored
 

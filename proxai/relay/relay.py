@@ -32,8 +32,8 @@ import trio
 
 from ..errors import SHUTDOWN_MESSAGE, ProxyError, shutdown_error
 from ..outcome import Outcome, OutcomeKind
-from ..translate.stream import ResponseTranslator
 from ..protocols.observer import ObserverSnapshot, PassThroughObserver, StreamObserver, Verdict
+from ..translate.stream import ResponseTranslator
 from ..upstream.client import UpstreamResponse
 from ..wire.sse import SSEFrame
 from . import ending

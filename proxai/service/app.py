@@ -31,6 +31,7 @@ from ..policy.auth import ClientKeys
 from ..policy.normalize import normalize_body
 from ..policy.retry import RetryPlan
 from ..policy.routes import Route, Router
+from ..protocols.names import WireApi
 from ..protocols.table import (
     API_BY_WIRE,
     UPSTREAM_PROTOCOLS,
@@ -39,12 +40,11 @@ from ..protocols.table import (
     api_for,
     upstream_kind_for,
 )
-from ..protocols.names import WireApi
-from ..translate.pairs import translate, upstream_api
-from ..translate.requests import estimate_input_tokens
 from ..relay.exchange import Exchange, ObserverFactory, ProxiedRequest, UpstreamTarget, pass_through
 from ..relay.relay import Relay
 from ..relay.writer import send_error
+from ..translate.pairs import translate, upstream_api
+from ..translate.requests import estimate_input_tokens
 from ..upstream.client import UpstreamClient
 from ..wire.headers import Headers
 from ..wire.json_body import load_json_object

@@ -55,9 +55,11 @@ REASONING_CARRIER_PREFIX = "proxai-reasoning-v1."
 
 
 #: The signature of a thinking block proxai made from reasoning that came unsigned (Claude
-#: Code drops a thinking block without one). Not Anthropic's: a request translator drops
-#: blocks carrying it before a real Anthropic upstream, which would reject them.
-THINKING_SIGNATURE = "proxai-thinking-unsigned-v1"
+#: Code drops a thinking block without one). It starts with the carrier prefix, so when the
+#: block comes back the request translator restores its text as ``reasoning_content``
+#: (DeepSeek-style upstreams want it back). Not Anthropic's signature: a real Anthropic
+#: upstream would reject it.
+THINKING_SIGNATURE = REASONING_CARRIER_PREFIX + "unsigned"
 
 
 def wrap_reasoning(text: str) -> str:

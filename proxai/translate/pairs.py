@@ -7,7 +7,6 @@ built from the row, or none when the upstream speaks the client's API.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -15,29 +14,14 @@ import attrs
 from ..config import Protocol as UpstreamKind
 from ..protocols.names import WireApi
 from ..protocols.table import UPSTREAM_PROTOCOLS
-from .decoders.chat import ChatDecoder
-from .decoders.messages import MessagesDecoder
-from .decoders.responses import ResponsesDecoder
-from .encoders.chat import ChatEncoder
-from .encoders.messages import MessagesEncoder
-from .encoders.responses import ResponsesEncoder
-from .ir import Decoder, Encoder, TranslationContext
+from .decoders import decoder_for
+from .encoders import encoder_for
+from .ir import TranslationContext
 from .options import TranslationOptions
-from .requests import translate_request
+from .requests import TRANSLATORS, translate_request
 from .stream import ResponseTranslator
 
-__all__ = ["DECODERS", "ENCODERS", "PAIRS", "Pair", "TranslatedRequest", "translate", "upstream_api"]
-
-DECODERS: dict[WireApi, Callable[[TranslationContext], Decoder]] = {
-    WireApi.CHAT: ChatDecoder,
-    WireApi.RESPONSES: ResponsesDecoder,
-    WireApi.MESSAGES: MessagesDecoder,
-}
-ENCODERS: dict[WireApi, Callable[[TranslationContext], Encoder]] = {
-    WireApi.CHAT: ChatEncoder,
-    WireApi.RESPONSES: ResponsesEncoder,
-    WireApi.MESSAGES: MessagesEncoder,
-}
+__all__ = ["PAIRS", "Pair", "TranslatedRequest", "translate", "upstream_api"]
 
 
 @attrs.frozen
@@ -49,17 +33,13 @@ class Pair:
 
     def translator(self, context: TranslationContext) -> ResponseTranslator:
         return ResponseTranslator(
-            context, DECODERS[self.upstream](context), ENCODERS[self.client](context)
+            context, decoder_for(self.upstream), encoder_for(self.client, context)
         )
 
 
-#: Every pair proxai translates (the issue's list: each client API to each other API).
-PAIRS: dict[tuple[WireApi, WireApi], Pair] = {
-    (client, upstream): Pair(client, upstream)
-    for client in WireApi
-    for upstream in WireApi
-    if client is not upstream
-}
+#: Every pair proxai translates: those the request translators cover (each client API to
+#: each other API), each answered by its upstream API's decoder and its client API's encoder.
+PAIRS: dict[tuple[WireApi, WireApi], Pair] = {key: Pair(*key) for key in TRANSLATORS}
 
 
 def upstream_api(kind: UpstreamKind, client: WireApi) -> WireApi | None:

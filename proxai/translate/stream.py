@@ -18,8 +18,8 @@ import orjson
 from ..outcome import TRY_AGAIN, OutcomeKind
 from ..protocols.observer import Verdict
 from ..wire.sse import SSEFrame
-from .requests import translate_error_body
 from .ir import Decoder, Encoder, Failed, TranslationContext
+from .requests import translate_error_body
 
 __all__ = ["ResponseTranslator", "TranslatorFactory"]
 
@@ -55,11 +55,22 @@ class ResponseTranslator:
         """The client's bytes for a batch of the upstream's frames."""
         out: list[bytes] = []
         for frame in frames:
+            if frame.data is None:
+                # An upstream keep-alive (``: ping``) stays one for the client: Anthropic
+                # clients get their ``ping`` event, SSE parsers skip a comment.
+                out.append(self._keepalive(frame.raw))
+                continue
             for event in self._decoder.feed(frame):
                 if isinstance(event, Failed):
                     self.failed = True
                 out.append(self._encoder.feed(event))
         return b"".join(out)
+
+    def _keepalive(self, raw: bytes) -> bytes:
+        if self._encoder.finished:
+            return b""
+        ping = getattr(self._encoder, "ping", None)
+        return ping() if ping is not None else raw
 
     def closing(self, verdict: Verdict) -> bytes:
         """The client's last bytes once the observer has its verdict.
@@ -77,7 +88,9 @@ class ResponseTranslator:
             if encoder.finished:
                 return out
         message = verdict.detail or "the upstream stream ended before its terminal event"
-        return out + encoder.fail(message, code=_code(verdict.kind), try_again=verdict.kind in TRY_AGAIN)
+        return out + encoder.fail(
+            message, code=_code(verdict.kind), try_again=verdict.kind in TRY_AGAIN
+        )
 
     # -- whole bodies ----------------------------------------------------------------------
 

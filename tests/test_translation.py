@@ -1,0 +1,585 @@
+"""Translation end to end: real proxai, a scripted upstream of another API, the official SDKs.
+
+Each test runs the client's own SDK (openai or anthropic, in a worker thread)
+against a real proxai whose only upstream speaks another API, and checks what
+the SDK's accumulator built, what the upstream was sent, and the outcome record.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+import pytest
+import trio
+
+from proxai.outcome import OutcomeKind
+from proxai.testing import Script, Send, Stall
+from proxai.testing.streams import FAST_TIMEOUTS
+from tests.fixtures import FIXTURES
+
+openai = pytest.importorskip("openai")
+anthropic = pytest.importorskip("anthropic")
+
+CHAT_UPSTREAM = {"protocol": "openai_chat"}
+WEATHER_TOOL = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+
+
+def chunk(delta: dict[str, Any] | None = None, finish: str | None = None, **extra: Any) -> bytes:
+    """One ``chat.completion.chunk`` line as vLLM or llama.cpp send it."""
+    body: dict[str, Any] = {
+        "id": "chatcmpl-7",
+        "object": "chat.completion.chunk",
+        "created": 1767225600,
+        "model": "qwen3-coder",
+        "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}],
+        **extra,
+    }
+    return b"data: " + orjson.dumps(body) + b"\n\n"
+
+
+USAGE = {
+    "prompt_tokens": 120,
+    "completion_tokens": 30,
+    "total_tokens": 150,
+    "prompt_tokens_details": {"cached_tokens": 100},
+}
+TOOL_CALL_STREAM = [
+    chunk({"role": "assistant", "content": ""}),
+    chunk({"reasoning_content": "The user wants weather."}),
+    chunk({"content": "Let me check."}),
+    chunk(
+        {
+            "tool_calls": [
+                {
+                    "index": 0,
+                    "id": "call_w1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": ""},
+                }
+            ]
+        }
+    ),
+    chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]}),
+    chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}),
+    chunk({}, finish="tool_calls"),
+    chunk(None, usage=USAGE),
+    b"data: [DONE]\n\n",
+]
+TEXT_STREAM = [
+    chunk({"role": "assistant", "content": "It is "}),
+    chunk({"content": "sunny."}),
+    chunk({}, finish="stop"),
+    chunk(None, usage=USAGE),
+    b"data: [DONE]\n\n",
+]
+
+
+def sse(lines: list[bytes], then: list[Any] | None = None) -> Script:
+    return Script.sse(lines, then=then or [])
+
+
+async def run(
+    start_upstream: Any,
+    proxai_for: Any,
+    scripts: list[Script],
+    call: Any,
+    count: int = 1,
+    **tables: Any,
+) -> tuple[Any, Any, list[Any]]:
+    """Run ``call(proxai_url)`` in a thread; its result, the upstream and the outcomes."""
+    upstream = await start_upstream(scripts or [sse(TEXT_STREAM)])  # one it must not need
+    tables.setdefault("upstream", CHAT_UPSTREAM)
+    tables.setdefault("timeouts", FAST_TIMEOUTS)
+    async with proxai_for(upstream, **tables) as px:
+        with trio.fail_after(20):
+            result = await trio.to_thread.run_sync(call, px.url)
+            outcomes = await px.wait_for_outcomes(count)
+    return result, upstream, outcomes
+
+
+def openai_client(url: str) -> Any:
+    return openai.OpenAI(base_url=url + "/v1", api_key="sk-client", max_retries=0, timeout=15)
+
+
+def anthropic_client(url: str) -> Any:
+    return anthropic.Anthropic(base_url=url, api_key="sk-client", max_retries=0, timeout=15)
+
+
+def capture(call: Any) -> Any:
+    """``call``'s result, or the exception it raised."""
+
+    def wrapped(url: str) -> Any:
+        try:
+            return call(url)
+        except Exception as exc:
+            return exc
+
+    return wrapped
+
+
+# --- Responses client (Codex) over a Chat upstream ------------------------------------------
+
+
+def responses_stream(url: str) -> Any:
+    client = openai_client(url)
+    with client.responses.stream(
+        model="qwen3-coder",
+        input="Weather in Paris?",
+        tools=[WEATHER_TOOL, {"type": "web_search"}],
+        include=["reasoning.encrypted_content"],
+        store=False,
+    ) as stream:
+        return stream.get_final_response()
+
+
+async def test_a_responses_client_gets_a_chat_upstreams_tool_call_as_responses_events(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    final, upstream, (outcome,) = await run(
+        start_upstream, proxai_for, [sse(TOOL_CALL_STREAM)], responses_stream
+    )
+    kinds = [item.type for item in final.output]
+    assert kinds == ["reasoning", "message", "function_call"]
+    reasoning, message, call = final.output
+    assert reasoning.content[0].text == "The user wants weather."
+    assert reasoning.encrypted_content == "proxai-reasoning-v1.The user wants weather."
+    assert message.content[0].text == "Let me check."
+    assert (call.name, call.call_id, json.loads(call.arguments)) == (
+        "get_weather",
+        "call_w1",
+        {"city": "Paris"},
+    )
+    assert final.status == "completed"
+    assert final.usage.input_tokens == 120
+    assert final.usage.input_tokens_details.cached_tokens == 100
+    assert final.usage.output_tokens == 30
+    # The upstream got a Chat request at its Chat path.
+    (request,) = upstream.requests
+    assert request.target == "/v1/chat/completions"
+    sent = json.loads(request.body)
+    assert sent["messages"] == [{"role": "user", "content": "Weather in Paris?"}]
+    assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+    assert [t["function"]["name"] for t in sent["tools"]] == ["get_weather"]
+    assert request.header("authorization") == "Bearer sk-upstream-test"
+    assert outcome.kind is OutcomeKind.COMPLETED
+    assert outcome.translation == "responses→chat"
+    assert any("web_search" in d for d in outcome.dropped)
+
+
+async def test_the_reasoning_carrier_comes_back_as_reasoning_content_next_turn(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    def two_turns(url: str) -> Any:
+        first = responses_stream(url)
+        client = openai_client(url)
+        history = [{"role": "user", "content": "Weather in Paris?"}]
+        history += [item.model_dump(exclude_none=True) for item in first.output]
+        history.append(
+            {"type": "function_call_output", "call_id": "call_w1", "output": "22°C, sunny"}
+        )
+        with client.responses.stream(
+            model="qwen3-coder", input=history, tools=[WEATHER_TOOL], store=False
+        ) as stream:
+            return stream.get_final_response()
+
+    final, upstream, _ = await run(
+        start_upstream,
+        proxai_for,
+        [sse(TOOL_CALL_STREAM), sse(TEXT_STREAM)],
+        two_turns,
+        count=2,
+    )
+    assert final.output_text == "It is sunny."
+    second = json.loads(upstream.requests[1].body)["messages"]
+    assert [m["role"] for m in second] == ["user", "assistant", "tool"]
+    assistant = second[1]
+    assert assistant["reasoning_content"] == "The user wants weather."
+    assert assistant["tool_calls"][0]["id"] == "call_w1"
+    assert second[2] == {"role": "tool", "tool_call_id": "call_w1", "content": "22°C, sunny"}
+
+
+async def test_a_stall_mid_tool_arguments_ends_the_responses_client_with_its_error(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    script = sse(TOOL_CALL_STREAM[:5], then=[Stall()])
+    error, _, (outcome,) = await run(
+        start_upstream, proxai_for, [script], capture(responses_stream)
+    )
+    assert isinstance(error, openai.APIError) and not isinstance(error, openai.APIStatusError)
+    assert "stalled" in error.message
+    assert outcome.kind is OutcomeKind.STALLED_TOOL_ARGUMENTS
+
+
+async def test_an_early_close_is_never_a_success(start_upstream: Any, proxai_for: Any) -> None:
+    # finish_reason came, but the stream closed before [DONE]: the client gets an error.
+    error, _, (outcome,) = await run(
+        start_upstream, proxai_for, [sse(TEXT_STREAM[:2])], capture(responses_stream)
+    )
+    assert isinstance(error, openai.APIError)
+    assert outcome.kind is OutcomeKind.UPSTREAM_EOF
+
+
+async def test_an_upstream_error_chunk_fails_the_response(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    failing = [
+        chunk({"role": "assistant", "content": "Hm"}),
+        b'data: {"error": {"message": "model overloaded", "type": "server_error", '
+        b'"code": "overloaded"}}\n\n',
+    ]
+    error, _, (outcome,) = await run(
+        start_upstream, proxai_for, [sse(failing)], capture(responses_stream)
+    )
+    assert isinstance(error, openai.APIError)
+    assert "model overloaded" in error.message
+    assert outcome.kind is OutcomeKind.FAILED
+
+
+async def test_a_non_streamed_responses_request_gets_a_whole_response(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    completion = {
+        "id": "chatcmpl-9",
+        "object": "chat.completion",
+        "created": 1767225600,
+        "model": "qwen3-coder",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Bonjour"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+    }
+    script = Script.json(completion)
+
+    def create(url: str) -> Any:
+        return openai_client(url).responses.create(model="qwen3-coder", input="Say hello")
+
+    response, upstream, (outcome,) = await run(start_upstream, proxai_for, [script], create)
+    assert response.output_text == "Bonjour"
+    assert response.usage.total_tokens == 7
+    assert json.loads(upstream.requests[0].body).get("stream") in (None, False)
+    assert outcome.kind is OutcomeKind.COMPLETED
+
+
+async def test_an_upstream_429_reaches_the_client_in_its_apis_shape_with_retry_after(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    body = b'{"error": {"message": "slow down", "type": "rate_limit_error", "code": null}}'
+    script = Script(
+        status=429,
+        headers=[("content-type", "application/json"), ("retry-after", "7")],
+        steps=[Send(body)],
+    )
+    error, _, _ = await run(start_upstream, proxai_for, [script], capture(responses_stream))
+    assert isinstance(error, openai.RateLimitError)
+    assert error.response.headers["retry-after"] == "7"
+    assert "slow down" in error.message
+
+
+async def test_previous_response_id_cannot_be_honoured_statelessly(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    def create(url: str) -> Any:
+        return openai_client(url).responses.create(
+            model="qwen3-coder", input="more", previous_response_id="resp_1"
+        )
+
+    error, upstream, _ = await run(start_upstream, proxai_for, [], capture(create))
+    assert isinstance(error, openai.BadRequestError)
+    assert error.body["param"] == "previous_response_id"
+    assert upstream.requests == []
+
+
+# --- Messages client (Claude Code) over a Chat upstream -------------------------------------
+
+
+def messages_stream(url: str) -> Any:
+    client = anthropic_client(url)
+    with client.messages.stream(
+        model="claude-sonnet-4-5",
+        max_tokens=1024,
+        system="You are terse.",
+        messages=[{"role": "user", "content": "Weather in Paris?"}],
+        tools=[
+            {
+                "name": "get_weather",
+                "description": "Weather for a city",
+                "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+            }
+        ],
+    ) as stream:
+        return stream.get_final_message()
+
+
+async def test_a_messages_client_gets_a_chat_upstreams_tool_call_as_anthropic_events(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    final, upstream, (outcome,) = await run(
+        start_upstream, proxai_for, [sse(TOOL_CALL_STREAM)], messages_stream
+    )
+    assert [block.type for block in final.content] == ["thinking", "text", "tool_use"]
+    assert final.content[0].thinking == "The user wants weather."
+    assert final.content[1].text == "Let me check."
+    assert (final.content[2].name, final.content[2].input) == ("get_weather", {"city": "Paris"})
+    assert final.stop_reason == "tool_use"
+    assert final.usage.output_tokens == 30
+    assert final.usage.cache_read_input_tokens == 100
+    (request,) = upstream.requests
+    assert request.target == "/v1/chat/completions"
+    sent = json.loads(request.body)
+    assert sent["messages"][0] == {"role": "system", "content": "You are terse."}
+    assert sent["max_tokens"] == 1024
+    assert outcome.translation == "messages→chat"
+    assert outcome.kind is OutcomeKind.COMPLETED
+
+
+async def test_claude_codes_query_and_headers_do_not_reach_a_chat_upstream_as_a_path(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    def beta(url: str) -> Any:
+        client = anthropic_client(url)
+        return client.beta.messages.create(
+            model="claude-sonnet-4-5",
+            max_tokens=64,
+            messages=[{"role": "user", "content": "hi"}],
+            betas=["context-management-2025-06-27"],
+        )
+
+    message, upstream, _ = await run(start_upstream, proxai_for, [Script.json(_COMPLETION)], beta)
+    assert message.content[0].text == "Hello"
+    assert upstream.requests[0].target == "/v1/chat/completions"
+
+
+async def test_a_stall_ends_the_messages_client_with_an_overloaded_error(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    script = sse(TOOL_CALL_STREAM[:5], then=[Stall()])
+    error, _, (outcome,) = await run(start_upstream, proxai_for, [script], capture(messages_stream))
+    assert isinstance(error, anthropic.APIStatusError)
+    assert error.body["error"]["type"] == "overloaded_error"
+    assert outcome.kind is OutcomeKind.STALLED_TOOL_ARGUMENTS
+
+
+async def test_count_tokens_for_a_model_on_a_chat_upstream_is_estimated_by_proxai(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    def count(url: str) -> Any:
+        return anthropic_client(url).messages.count_tokens(
+            model="claude-sonnet-4-5", messages=[{"role": "user", "content": "x" * 400}]
+        )
+
+    result, upstream, (outcome,) = await run(start_upstream, proxai_for, [], count)
+    assert 100 <= result.input_tokens <= 120
+    assert upstream.requests == []
+    assert outcome.status == 200
+
+
+async def test_a_route_fails_over_from_an_anthropic_upstream_to_a_chat_one(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    anthropic_down = await start_upstream([Script(status=529, steps=[Send(b"{}")])])
+    chat = await start_upstream([sse(TEXT_STREAM)])
+
+    def ask(url: str) -> Any:
+        with anthropic_client(url).messages.stream(
+            model="claude-sonnet-4-5",
+            max_tokens=64,
+            messages=[{"role": "user", "content": "weather?"}],
+        ) as stream:
+            return stream.get_final_message()
+
+    async with proxai_for(
+        anthropic_down,
+        upstream={"protocol": "anthropic_messages"},
+        upstreams={"local": {"base_url": chat.base_url, **CHAT_UPSTREAM}},
+        routes=[{"model": "claude-*", "upstreams": ["default", "local"]}],
+        retries={"max_attempts": 2},
+        timeouts=FAST_TIMEOUTS,
+    ) as px:
+        with trio.fail_after(20):
+            final = await trio.to_thread.run_sync(ask, px.url)
+            (outcome,) = await px.wait_for_outcomes(1)
+    assert final.content[0].text == "It is sunny."
+    assert [a.upstream for a in outcome.attempts] == ["default", "local"]
+    assert outcome.translation == "messages→chat"
+    assert anthropic_down.requests[0].target.startswith("/v1/messages")
+
+
+_COMPLETION = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 1767225600,
+    "model": "qwen3-coder",
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "Hello"}, "finish_reason": "stop"}
+    ],
+    "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+}
+
+
+# --- Chat client over a Responses upstream --------------------------------------------------
+
+
+@pytest.mark.skipif(not FIXTURES.is_dir(), reason="the shared fixtures folder is absent")
+async def test_a_chat_client_gets_a_responses_upstreams_function_call(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    body = (FIXTURES / "responses_function_call_usage.1.sse").read_bytes()
+
+    def chat(url: str) -> Any:
+        client = openai_client(url)
+        with client.chat.completions.stream(
+            model="gpt-5.4",
+            messages=[{"role": "user", "content": "weather?"}],
+            tools=[
+                {
+                    "type": "function",
+                    "function": {"name": "get_weather", "parameters": WEATHER_TOOL["parameters"]},
+                }
+            ],
+            stream_options={"include_usage": True},
+        ) as stream:
+            return stream.get_final_completion()
+
+    final, upstream, (outcome,) = await run(
+        start_upstream,
+        proxai_for,
+        [Script.sse([body], chunk_size=97)],
+        chat,
+        upstream={"protocol": "openai_responses"},
+    )
+    calls = final.choices[0].message.tool_calls
+    assert calls and calls[0].function.name
+    assert final.choices[0].finish_reason == "tool_calls"
+    assert final.usage is not None and final.usage.total_tokens > 0
+    assert upstream.requests[0].target == "/v1/responses"
+    assert outcome.translation == "chat→responses"
+
+
+# --- the other pairs --------------------------------------------------------------------------
+
+
+def anthropic_event(kind: str, **body: Any) -> bytes:
+    return f"event: {kind}\ndata: ".encode() + orjson.dumps({"type": kind, **body}) + b"\n\n"
+
+
+MESSAGES_STREAM = [
+    anthropic_event(
+        "message_start",
+        message={
+            "id": "msg_01",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-4-5",
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 40, "output_tokens": 1},
+        },
+    ),
+    b": ping\n\n",
+    anthropic_event("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+    anthropic_event("content_block_delta", index=0, delta={"type": "text_delta", "text": "Hi"}),
+    anthropic_event("content_block_stop", index=0),
+    anthropic_event(
+        "content_block_start",
+        index=1,
+        content_block={"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}},
+    ),
+    anthropic_event(
+        "content_block_delta",
+        index=1,
+        delta={"type": "input_json_delta", "partial_json": '{"city": "Oslo"}'},
+    ),
+    anthropic_event("content_block_stop", index=1),
+    anthropic_event(
+        "message_delta",
+        delta={"stop_reason": "tool_use", "stop_sequence": None},
+        usage={"output_tokens": 12},
+    ),
+    anthropic_event("message_stop"),
+]
+ANTHROPIC_UPSTREAM = {"protocol": "anthropic_messages"}
+
+
+async def test_a_chat_client_gets_an_anthropic_upstreams_tool_use_as_chat_chunks(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    def chat(url: str) -> Any:
+        with openai_client(url).chat.completions.stream(
+            model="claude-sonnet-4-5",
+            messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "?"}],
+            tools=[
+                {
+                    "type": "function",
+                    "function": {"name": "get_weather", "parameters": WEATHER_TOOL["parameters"]},
+                }
+            ],
+            stream_options={"include_usage": True},
+        ) as stream:
+            return stream.get_final_completion()
+
+    final, upstream, (outcome,) = await run(
+        start_upstream, proxai_for, [sse(MESSAGES_STREAM)], chat, upstream=ANTHROPIC_UPSTREAM
+    )
+    message = final.choices[0].message
+    assert message.content == "Hi"
+    assert message.tool_calls[0].function.name == "get_weather"
+    assert json.loads(message.tool_calls[0].function.arguments) == {"city": "Oslo"}
+    assert final.choices[0].finish_reason == "tool_calls"
+    assert final.usage is not None and final.usage.completion_tokens == 12
+    request = upstream.requests[0]
+    assert request.target == "/v1/messages"
+    assert request.header("x-api-key") == "sk-upstream-test"
+    sent = json.loads(request.body)
+    assert sent["system"] == "Be brief." or sent["system"][0]["text"] == "Be brief."
+    assert sent["max_tokens"] > 0
+    assert outcome.translation == "chat→messages"
+
+
+async def test_a_responses_client_gets_an_anthropic_upstreams_tool_use(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    final, upstream, (outcome,) = await run(
+        start_upstream,
+        proxai_for,
+        [sse(MESSAGES_STREAM)],
+        responses_stream,
+        upstream=ANTHROPIC_UPSTREAM,
+    )
+    assert [item.type for item in final.output] == ["message", "function_call"]
+    assert final.output[0].content[0].text == "Hi"
+    assert json.loads(final.output[1].arguments) == {"city": "Oslo"}
+    assert upstream.requests[0].target == "/v1/messages"
+    assert outcome.translation == "responses→messages"
+
+
+async def test_an_upstream_keep_alive_becomes_an_anthropic_ping(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    import httpx
+
+    stream = [*TEXT_STREAM[:1], b": keep-alive\n\n", *TEXT_STREAM[1:]]
+
+    def raw(url: str) -> bytes:
+        body = {
+            "model": "m",
+            "max_tokens": 9,
+            "stream": True,
+            "messages": [{"role": "user", "content": "?"}],
+        }
+        return httpx.post(url + "/v1/messages", json=body, timeout=15).content
+
+    body, _, _ = await run(start_upstream, proxai_for, [sse(stream)], raw)
+    assert b"event: ping\n" in body
+    assert b"keep-alive" not in body
