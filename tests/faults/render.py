@@ -105,7 +105,9 @@ def render() -> str:
         "  `Expect: 100-continue`, 200 KB headers, HTTP/2, arbitrary request bytes).",
         "- **Bounded memory**: an event that never ends is cut at `max_event_bytes`",
         "  (`oversized_event` rows above); a client that stops reading holds proxai to what",
-        "  its channels (4 + 4 messages) hold, and the upstream is released at `client_write`.",
+        "  its channels (4 + 4 messages) hold, and the upstream is released at `client_write`;",
+        "  on Linux the kernel then closes its connection, freeing its slot",
+        "  (`tests/test_stalled_client.py`, real sockets).",
         "",
     ]
     return "\n".join(lines)
