@@ -9,6 +9,7 @@ and with it go the request's slot, its tasks and its memory.
 from __future__ import annotations
 
 import json
+import math
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,11 +18,14 @@ from typing import Any
 import httpx
 import pytest
 import trio
+from trio.testing import MockClock
 
 from proxai.config import load_config
 from proxai.outcome import OutcomeKind
 from proxai.service.server import bind_sockets, hypercorn_config
-from proxai.testing import RecordedRequest, Script, sse_event
+from proxai.testing import RecordedRequest, Script, Send, Sleep, sse_event
+from proxai.testing.memory_proxy import MEMORY_TIMEOUTS, MemoryProxy
+from proxai.testing.seed import TURN1_REQUEST
 from tests.test_observability import metric
 
 linux_only = pytest.mark.skipif(
@@ -105,6 +109,40 @@ async def test_a_client_that_stops_reading_loses_its_slot(
     assert kinds == ["client_stalled", "client_stalled"]
     assert metric(metrics, "proxai_in_flight_requests") == 0
     assert metric(metrics, "proxai_requests_total", outcome="client_stalled") == 2
+
+
+# The kernel can close a stalled client before proxai's own client_write count ends: the
+# kernel counts from the client's last acknowledgement, proxai from when a write began to
+# wait, once the socket's send buffer was full. In memory, on a virtual clock: a client
+# that takes one write, then none, and whose connection ends ``after`` seconds later.
+
+TICKS = Script(steps=[step for _ in range(10_000) for step in (Send(b": tick\n\n"), Sleep(0.1))])
+
+
+async def leaves_without_reading(after: float) -> tuple[OutcomeKind | None, str | None]:
+    async with MemoryProxy([TICKS]) as proxy:
+        exchange = await proxy.request(
+            TURN1_REQUEST,
+            read_delay=lambda n: math.inf if n >= 1 else 0.0,
+            disconnect_after=after,
+        )
+    assert exchange.outcome is not None
+    return exchange.outcome.kind, exchange.outcome.detail
+
+
+async def test_a_connection_that_ends_after_a_write_waited_half_of_client_write_is_a_stall(
+    autojump_clock: MockClock,
+) -> None:
+    kind, detail = await leaves_without_reading(MEMORY_TIMEOUTS["client_write"] * 0.6)
+    assert kind is OutcomeKind.CLIENT_STALLED
+    assert detail is not None and "a write to it had waited 299.9 s" in detail
+
+
+async def test_a_client_that_hangs_up_soon_after_it_stopped_reading_is_a_disconnect(
+    autojump_clock: MockClock,
+) -> None:
+    kind, _ = await leaves_without_reading(MEMORY_TIMEOUTS["client_write"] * 0.4)
+    assert kind is OutcomeKind.CLIENT_DISCONNECTED
 
 
 @linux_only
