@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from ..config import LogFormat, LoggingConfig
-from ..outcome import WARNINGS, Outcome
+from ..outcome import MAX_USAGE_DEPTH, WARNINGS, Outcome
 
 __all__ = ["JsonFormatter", "RequestLog", "configure", "log_fields", "usage_tokens"]
 
@@ -28,22 +28,20 @@ def _ms(seconds: float | None) -> float | None:
 
 def usage_tokens(usage: dict[str, Any] | None) -> dict[str, int]:
     """Token counts of a usage object, flattened (``output_tokens_details.reasoning_tokens``
-    becomes ``reasoning_tokens``); numbers only."""
+    becomes ``reasoning_tokens``); numbers only, from its first :data:`MAX_USAGE_DEPTH`
+    levels (walked without recursion: an upstream's JSON can nest past Python's stack)."""
     counts: dict[str, int] = {}
-
-    def walk(value: Any) -> None:
-        if isinstance(value, dict):
-            for key, inner in value.items():
-                if (
-                    isinstance(inner, int)
-                    and not isinstance(inner, bool)
-                    and key.endswith("tokens")
-                ):
-                    counts[key] = counts.get(key, 0) + inner
-                else:
-                    walk(inner)
-
-    walk(usage)
+    # One iterator per open level, so counts keep the order of the keys.
+    levels = [iter(usage.items())] if isinstance(usage, dict) else []
+    while levels:
+        for key, inner in levels[-1]:
+            if isinstance(inner, int) and not isinstance(inner, bool) and key.endswith("tokens"):
+                counts[key] = counts.get(key, 0) + inner
+            elif isinstance(inner, dict) and len(levels) < MAX_USAGE_DEPTH:
+                levels.append(iter(inner.items()))
+                break
+        else:
+            levels.pop()
     return counts
 
 
