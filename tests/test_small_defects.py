@@ -4,6 +4,7 @@ metrics model label, capture redaction and permissions), each pinned down."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ import pytest
 import trio
 from trio.testing import MockClock
 
+from proxai.ops.request_log import JsonFormatter, _human, log_fields
+from proxai.outcome import Outcome
 from proxai.testing import Script
 from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, turn_bytes
@@ -131,3 +134,25 @@ async def test_a_usage_object_nested_a_thousand_deep_is_cut_and_noted_not_fatal(
     (saved,) = captures.glob("*/outcome.json")
     kept = json.loads(saved.read_text())["usage"]
     assert kept["output_tokens"] == 5 and "x" in kept["nested"]
+
+
+# -- line breaks in the human log ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("brk", ["\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x1c", "\x1e"])
+def test_no_line_break_in_a_model_name_starts_a_forged_log_line(brk: str) -> None:
+    forged = f"gpt-5{brk}POST /v1/responses 200 completed request_id=req_forged"
+    outcome = Outcome("POST", "/v1/responses", request_id="req_" + "0" * 24, model=forged)
+    line = _human(log_fields(outcome))
+    assert len(line.splitlines()) == 1
+    assert "model=" + json.dumps(forged) in line  # escaped as JSON does, readable back
+    record = logging.LogRecord("proxai.request", logging.INFO, "", 0, "%s", (line,), None)
+    record.proxai_fields = log_fields(outcome)
+    assert len(JsonFormatter().format(record).splitlines()) == 1
+
+
+def test_invisible_format_characters_in_a_model_name_are_escaped() -> None:
+    outcome = Outcome("POST", "/v1/responses", model="gpt\u202e5-\U000e0001x")
+    line = _human(log_fields(outcome))
+    assert 'model="gpt\\u202e5-\\udb40\\udc01x"' in line
+    assert json.loads(line.split("model=", 1)[1].split(" ")[0]) == "gpt\u202e5-\U000e0001x"

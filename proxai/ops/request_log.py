@@ -85,11 +85,24 @@ def log_fields(outcome: Outcome) -> dict[str, Any]:
     }
 
 
+def _escape(char: str) -> str:
+    """``\\uXXXX`` as JSON writes it (a surrogate pair beyond the BMP)."""
+    code = ord(char)
+    if code > 0xFFFF:
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
 def _text(value: str) -> str:
     """A value as one token: quoted (JSON escapes) when it holds a space, a quote or a
-    control character, so a client's path or model cannot forge or break a line."""
+    character that is not printable, so a client's path or model cannot forge or break
+    a line. orjson escapes only what JSON requires (below U+0020): the rest of what
+    can end a line for a log reader (U+0085, U+2028, U+2029) or hide text (U+202E)
+    is escaped here."""
     if not value or any(c.isspace() or c == '"' or not c.isprintable() for c in value):
-        return orjson.dumps(value).decode()
+        quoted = orjson.dumps(value).decode()
+        return "".join(c if c.isprintable() else _escape(c) for c in quoted)
     return value
 
 
@@ -129,6 +142,11 @@ class RequestLog:
         log.log(level, "%s", message, extra={"proxai_fields": fields})
 
 
+#: Line breaks JSON lets a string hold raw (orjson escapes those below U+0020), which
+#: some log readers split lines at: escaped, the line stays one line and the same JSON.
+_JSON_LINE_BREAKS = str.maketrans({c: f"\\u{ord(c):04x}" for c in "\x85\u2028\u2029"})
+
+
 class JsonFormatter(logging.Formatter):
     """Every log record as one JSON object; request records carry their fields."""
 
@@ -147,7 +165,7 @@ class JsonFormatter(logging.Formatter):
             line["message"] = record.getMessage()
             if record.exc_info:
                 line["exception"] = self.formatException(record.exc_info)
-        return orjson.dumps(line).decode()
+        return orjson.dumps(line).decode().translate(_JSON_LINE_BREAKS)
 
 
 def configure(config: LoggingConfig, level_override: str | None = None) -> None:
