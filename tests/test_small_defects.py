@@ -156,3 +156,32 @@ def test_invisible_format_characters_in_a_model_name_are_escaped() -> None:
     line = _human(log_fields(outcome))
     assert 'model="gpt\\u202e5-\\udb40\\udc01x"' in line
     assert json.loads(line.split("model=", 1)[1].split(" ")[0]) == "gpt\u202e5-\U000e0001x"
+
+
+# -- the metrics model label ---------------------------------------------------------------
+
+
+async def test_models_a_route_names_exactly_keep_their_label_after_a_flood_of_junk(
+    autojump_clock: MockClock,
+) -> None:
+    routes = [
+        {"model": "gpt-5.4", "upstreams": ["default"]},
+        {"model": "claude-?", "upstreams": ["default"]},
+        {"model": "*", "upstreams": ["default"]},
+    ]
+    async with MemoryProxy(lambda r: Script.json({"ok": True}), routes=routes) as proxy:
+        for i in range(150):  # an accepting upstream serves every junk name
+            await proxy.request({"model": f"junk-{i}", "input": "hi"})
+        await proxy.request({"model": "gpt-5.4", "input": "hi"})
+        await proxy.request({"model": "claude-9", "input": "hi"})
+        metrics = proxy.app._metrics
+        assert metrics is not None
+        text = metrics.exposition().decode()
+    assert metric(text, "proxai_requests_total", model="gpt-5.4") == 1
+    assert metric(text, "proxai_requests_total", model="junk-99") == 1  # the 100th slot
+    assert "junk-100" not in text
+    # A glob names no model: its models share the capped slots, full by now.
+    assert 'model="claude-9"' not in text
+    assert metric(text, "proxai_requests_total", route="routes[1] model='claude-?'") == 1
+    assert metric(text, "proxai_requests_total", route="routes[1] model='claude-?'", model="other")
+    assert metric(text, "proxai_requests_total", route="routes[2] model='*'", model="other") == 50

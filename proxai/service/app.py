@@ -108,7 +108,7 @@ class ProxaiApp:
         self._relays: set[Relay] = set()
         self._gate = Gate(config.server, lambda: self._relays)
         self._request_log = RequestLog(config.logging)
-        self._metrics = Metrics() if config.metrics.enabled else None
+        self._metrics = Metrics(self._router.exact_models) if config.metrics.enabled else None
         self._captures = Captures(config.capture) if config.capture.enabled else None
         self._live_view = LiveView(
             config.live_view,
