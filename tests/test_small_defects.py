@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,11 +16,14 @@ import pytest
 import trio
 from trio.testing import MockClock
 
+from proxai.config import CaptureConfig
+from proxai.ops.capture import Captures
 from proxai.ops.request_log import JsonFormatter, _human, log_fields
 from proxai.outcome import Outcome
 from proxai.testing import Script
 from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, turn_bytes
+from proxai.wire.query import query_for_upstream
 from tests.test_observability import metric
 
 TURN1 = turn_bytes(TURN1_EVENTS)
@@ -185,3 +190,92 @@ async def test_models_a_route_names_exactly_keep_their_label_after_a_flood_of_ju
     assert metric(text, "proxai_requests_total", route="routes[1] model='claude-?'") == 1
     assert metric(text, "proxai_requests_total", route="routes[1] model='claude-?'", model="other")
     assert metric(text, "proxai_requests_total", route="routes[2] model='*'", model="other") == 50
+
+
+# -- captures: redaction, permissions; query credentials upstream --------------------------
+
+
+async def test_captures_redact_every_credential_looking_header_and_query_parameter(
+    start_upstream: Any, proxai_for: Any, tmp_path: Path
+) -> None:
+    answer = Script.json(
+        {"data": []},
+        headers=(("x-ratelimit-remaining-tokens", "999"), ("x-upstream-token", "tok-up")),
+    )
+    upstream = await start_upstream([answer])
+    captures = tmp_path / "captures"
+    secrets = {
+        "x-goog-api-key": "goog-secret",
+        "ocp-apim-subscription-key": "apim-secret",
+        "x-auth-token": "auth-token-secret",
+        "x-client-secret": "cs-value-1",
+        "x-amz-signature": "sig-secret",
+        "cookie": "session=cookie-secret",
+    }
+    query = "limit=2&key=q-key-secret&api_key=q-apikey-secret&access_token=q-at-secret&Sig=q-sig"
+    async with (
+        proxai_for(upstream, capture={"enabled": True, "dir": str(captures)}) as px,
+        httpx.AsyncClient() as client,
+    ):
+        await client.get(px.base_url + "/models?" + query, headers={**secrets, "x-trace": "t-1"})
+        with trio.fail_after(5):
+            await px.wait_for_outcomes(1)
+    # Leaving proxai_for waited for the request's task, which saves its capture shielded.
+    (folder,) = captures.iterdir()
+    request = (folder / "request.http").read_bytes()
+    assert request.startswith(
+        b"GET /v1/models?limit=2&key=[redacted]&api_key=[redacted]"
+        b"&access_token=[redacted]&Sig=[redacted] HTTP/1.1\r\n"
+    )
+    for name in secrets:
+        assert name.encode() + b": [redacted]\r\n" in request
+    assert b"x-trace: t-1\r\n" in request
+    upstream_head = (folder / "upstream.bin").read_bytes()
+    assert b"x-upstream-token: [redacted]\r\n" in upstream_head
+    assert b"x-ratelimit-remaining-tokens: 999\r\n" in upstream_head  # a count, not a key
+    everything = b"".join(p.read_bytes() for p in folder.iterdir())
+    for secret in [*secrets.values(), "q-key-secret", "q-apikey-secret", "q-at-secret", "tok-up"]:
+        assert secret.encode() not in everything, secret
+
+
+async def test_credentials_in_the_query_string_are_not_forwarded_upstream(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    upstream = await start_upstream([Script.json({"data": []})])
+    async with proxai_for(upstream) as px, httpx.AsyncClient() as client:
+        response = await client.get(
+            px.base_url + "/models?key=sk-client&limit=2&API_KEY=x&%6Bey=y&api-key=z&after=k"
+        )
+    assert response.status_code == 200
+    (request,) = upstream.requests
+    assert request.target == "/v1/models?limit=2&after=k"
+    assert request.header("authorization") == "Bearer sk-upstream-test"
+
+
+@pytest.fixture
+def permissive_umask() -> Iterator[None]:
+    old = os.umask(0)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.usefixtures("permissive_umask")
+def test_capture_folders_and_files_are_for_proxais_user_only(tmp_path: Path) -> None:
+    root = tmp_path / "captures"
+    captures = Captures(CaptureConfig(enabled=True, dir=str(root)))
+    captures._write(captures.start(), Outcome("GET", "/v1/models", request_id="req_" + "1" * 24))
+    (folder,) = root.iterdir()
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    files = sorted(folder.iterdir())
+    assert [f.name for f in files] == ["client.bin", "outcome.json", "request.http", "upstream.bin"]
+    for file in files:
+        assert stat.S_IMODE(file.stat().st_mode) == 0o600, file.name
+
+
+def test_only_credential_parameters_are_dropped_from_the_upstream_query() -> None:
+    query = b"keyword=a&key&monkey=1&KEY=2&x=%6Bey&%6bey=3&api-version=2024-10-21"
+    assert query_for_upstream(query) == b"keyword=a&monkey=1&x=%6Bey&api-version=2024-10-21"
+    assert query_for_upstream(b"limit=2&after=a%26b") == b"limit=2&after=a%26b"

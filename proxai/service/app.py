@@ -38,6 +38,7 @@ from ..relay.writer import send_error
 from ..upstream.client import UpstreamClient
 from ..wire.headers import Headers
 from ..wire.json_body import load_json_object
+from ..wire.query import query_for_upstream
 from .asgi_io import AsgiDownstream, ASGIReceive, ASGISend, read_body, send_plain
 from .gate import Gate
 from .live_view import PREFIX, LiveView
@@ -326,7 +327,7 @@ class ProxaiApp:
             incoming.method,
             incoming.path,
             incoming.raw_path,
-            incoming.query,
+            query_for_upstream(incoming.query),
             incoming.headers,
             first_byte_applies=prepared.streaming,
         )
