@@ -16,7 +16,7 @@ import attrs
 from ..config import Config, Protocol
 from ..errors import ProxyError
 from ..protocols.table import UPSTREAM_PROTOCOLS
-from .model_patterns import compile_pattern
+from .model_patterns import compile_pattern, is_exact
 
 __all__ = ["Route", "Router"]
 
@@ -43,6 +43,8 @@ class Router:
 
     def __init__(self, config: Config) -> None:
         self._routes: list[_Compiled] = []
+        #: The models a route names exactly (no glob, no regex): the operator's own.
+        self.exact_models = frozenset(e.model for e in config.routes if is_exact(e.model))
         for i, entry in enumerate(config.routes):
             first = config.upstream_named(entry.upstreams[0])
             assert first is not None  # checked when the configuration was loaded

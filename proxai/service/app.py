@@ -38,6 +38,7 @@ from ..relay.writer import send_error
 from ..upstream.client import UpstreamClient
 from ..wire.headers import Headers
 from ..wire.json_body import load_json_object
+from ..wire.query import query_for_upstream
 from .asgi_io import AsgiDownstream, ASGIReceive, ASGISend, read_body, send_plain
 from .gate import Gate
 from .live_view import PREFIX, LiveView
@@ -108,7 +109,7 @@ class ProxaiApp:
         self._relays: set[Relay] = set()
         self._gate = Gate(config.server, lambda: self._relays)
         self._request_log = RequestLog(config.logging)
-        self._metrics = Metrics() if config.metrics.enabled else None
+        self._metrics = Metrics(self._router.exact_models) if config.metrics.enabled else None
         self._captures = Captures(config.capture) if config.capture.enabled else None
         self._live_view = LiveView(
             config.live_view,
@@ -251,7 +252,8 @@ class ProxaiApp:
         # The client's own x-proxai-request-id is replaced: ids are proxai's.
         headers: Headers = [(n, v) for n, v in scope["headers"] if n != REQUEST_ID_HEADER]
         headers.append((REQUEST_ID_HEADER, request_id.encode()))
-        route_path = "/" + "/".join(part for part in path.split("/") if part)
+        # Before any "#", so that a target _check_target refuses is refused in its API's shape.
+        route_path = "/" + "/".join(part for part in path.partition("#")[0].split("/") if part)
         kind = upstream_kind_for(route_path, headers, self._router.has_protocol)
         api = api_for(method, route_path)
         return Incoming(
@@ -270,6 +272,7 @@ class ProxaiApp:
 
     def _admit(self, incoming: Incoming) -> None:
         """Refuse what proxai will not relay, before reading the body or going upstream."""
+        _check_target(incoming.raw_path, incoming.query)
         _check_path(incoming.method, incoming.path, incoming.raw_path)
         limit = self.config.server.max_header_bytes
         # Hypercorn bounds a header block only while it is incomplete; this bounds it whole.
@@ -324,7 +327,7 @@ class ProxaiApp:
             incoming.method,
             incoming.path,
             incoming.raw_path,
-            incoming.query,
+            query_for_upstream(incoming.query),
             incoming.headers,
             first_byte_applies=prepared.streaming,
         )
@@ -410,6 +413,27 @@ class ProxaiApp:
             body = b'{"status":"starting"}'
         await send_plain(
             downstream, 200 if ok else 503, b"application/json", body, with_body=method == "GET"
+        )
+
+
+#: The bytes a request target may hold as proxai forwards it (RFC 3986's characters,
+#: percent-escapes included): visible ASCII.
+_TARGET_BYTES = frozenset(range(0x21, 0x7F))
+
+
+def _check_target(raw_path: bytes, query: bytes) -> None:
+    """Refuse a target no URL can carry upstream: a fragment (``#`` is never sent in a
+    request, RFC 9112 section 3.2) or bytes outside visible ASCII (HTTP/2 lets them through)."""
+    if b"#" in raw_path or b"#" in query:
+        raise ProxyError.invalid_request(
+            "invalid request target: '#' (a fragment) is not allowed in a request; "
+            "percent-encode it as %23 if it is data",
+            code="invalid_request_target",
+        )
+    if not _TARGET_BYTES.issuperset(raw_path) or not _TARGET_BYTES.issuperset(query):
+        raise ProxyError.invalid_request(
+            "invalid request target: only visible ASCII is allowed (percent-encode the rest)",
+            code="invalid_request_target",
         )
 
 
