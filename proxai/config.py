@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 
 from .converters import InvalidValue, error_paths, strict_converter
+from .policy.browser import normalize_allowed_host, normalize_origin
 from .policy.model_patterns import compile_pattern, is_exact
 
 __all__ = [
@@ -96,6 +97,10 @@ class ServerConfig:
     certfile: str | None = None  # TLS: serve https (and HTTP/2 through ALPN)
     keyfile: str | None = None
     ca_certs: str | None = None  # TLS: require client certificates signed by these CAs
+    #: Origins of web pages that may call proxai (CORS); "*" for any. Empty: none.
+    allowed_origins: list[str] = attrs.field(factory=list)
+    #: Host names accepted besides localhost and IP addresses (DNS rebinding); "*": any.
+    allowed_hosts: list[str] = attrs.field(factory=list)
 
 
 class Protocol(enum.StrEnum):
@@ -367,6 +372,7 @@ def load_config(
         config = _resolve_files(config, Path(path).parent)
     problems = _check_upstreams(config, os.environ if environ is None else environ)
     problems += _check_routes(config) + _check_files(config) + _check_observability(config)
+    problems += _check_browser(config)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return config
@@ -428,6 +434,20 @@ def _check_observability(config: Config) -> list[str]:
             ipaddress.ip_network(network, strict=False)
         except ValueError:
             problems.append(f"live_view.allow[{i}]: not an IP network: {network!r}")
+    return problems
+
+
+def _check_browser(config: Config) -> list[str]:
+    problems: list[str] = []
+    for key, entries, check in (
+        ("allowed_origins", config.server.allowed_origins, normalize_origin),
+        ("allowed_hosts", config.server.allowed_hosts, normalize_allowed_host),
+    ):
+        for i, entry in enumerate(entries):
+            try:
+                check(entry)
+            except ValueError as exc:
+                problems.append(f"server.{key}[{i}]: {exc}")
     return problems
 
 

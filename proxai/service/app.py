@@ -1,6 +1,8 @@
 """The ASGI application: lifespan, what proxai answers itself, and each proxied request.
 
-It answers health, metrics and the live view itself; admits each other request
+It first checks the method, ``Host`` and ``Origin`` (:mod:`proxai.policy.browser`:
+web pages stay out unless allowed, ``OPTIONS`` is answered here); it answers
+health, metrics and the live view itself; admits each other request
 (:mod:`proxai.service.gate` and the checks below: nothing is read or sent
 upstream for a refused one), reads and checks its body against its API's
 projection (:mod:`proxai.protocols.table`), routes it, and hands an
@@ -28,6 +30,7 @@ from ..ops.metrics import CONTENT_TYPE_LATEST, Metrics
 from ..ops.request_log import RequestLog
 from ..outcome import Outcome, OutcomeKind
 from ..policy.auth import ClientKeys
+from ..policy.browser import BrowserPolicy, BrowserRequest, Verdict, is_loopback
 from ..policy.normalize import normalize_body
 from ..policy.retry import RetryPlan
 from ..policy.routes import Router
@@ -47,6 +50,10 @@ __all__ = ["REQUEST_ID_HEADER", "OutcomeHook", "ProxaiApp", "UpstreamFactory"]
 
 #: proxai's id of a request: returned to the client, sent upstream, in every record.
 REQUEST_ID_HEADER = b"x-proxai-request-id"
+
+#: What proxai answers whatever the Host or Origin: they hold nothing and spend nothing,
+#: and a probe must not fail for a header.
+HEALTH_PATHS = ("/healthz", "/readyz")
 
 OutcomeHook = Callable[[Outcome], None]
 #: Builds the client of one upstream: ``factory(upstream, timeouts, name=name)``.
@@ -103,6 +110,11 @@ class ProxaiApp:
         self.config = config
         self._router = Router(config)
         self._keys = ClientKeys.from_config(config.auth)
+        self._browser = BrowserPolicy(
+            allowed_origins=config.server.allowed_origins,
+            allowed_hosts=config.server.allowed_hosts,
+            bound_to_loopback=is_loopback(config.server.host),
+        )
         self._clients: dict[str, UpstreamClient] = {}
         self._upstream_factory = upstream_factory
         self._on_outcome = on_outcome
@@ -197,23 +209,16 @@ class ProxaiApp:
     async def _http(self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
         method: str = scope["method"]
         path: str = scope["path"]
-        downstream = AsgiDownstream(send, receive)
-        if path in ("/healthz", "/readyz") and method in ("GET", "HEAD"):
-            await self._health(path, method, downstream)
-            return
-        if self._metrics is not None and path == self.config.metrics.path and method == "GET":
-            body = self._metrics.exposition()
-            await send_plain(downstream, 200, CONTENT_TYPE_LATEST.encode(), body)
-            return
-        if self.config.live_view.enabled and (path == PREFIX or path.startswith(PREFIX + "/")):
-            await self._live_view.handle(scope, downstream)
+        verdict = self._verdict(scope)
+        downstream = AsgiDownstream(send, receive, verdict.response_headers)
+        if verdict.refusal is None and await self._answer_locally(scope, verdict, downstream):
             return
         incoming = self._incoming(scope)
         outcome = Outcome(method, path, request_id=incoming.request_id)
         admitted = False
         capture: Capture | None = None
         try:
-            self._admit(incoming)
+            self._admit(incoming, verdict)
             self._gate.enter()
             admitted = True
             # Refused requests are not captured: a flood of them must not push out the rest.
@@ -245,6 +250,35 @@ class ProxaiApp:
                 with trio.move_on_after(5, shield=True):
                     await self._captures.save(capture, outcome)
 
+    def _verdict(self, scope: dict[str, Any]) -> Verdict:
+        """The method, Host and Origin checks (:mod:`proxai.policy.browser`)."""
+        server = scope.get("server")
+        request = BrowserRequest(
+            scope["method"], scope["headers"], str(server[0]) if server else None
+        )
+        return self._browser.check(request, exempt=scope["path"] in HEALTH_PATHS)
+
+    async def _answer_locally(
+        self, scope: dict[str, Any], verdict: Verdict, downstream: AsgiDownstream
+    ) -> bool:
+        """Answer what proxai serves itself (OPTIONS, health, metrics, the live view);
+        whether it did. Refusals, like proxied requests, leave a record: not these."""
+        method: str = scope["method"]
+        path: str = scope["path"]
+        if verdict.options_answer is not None:
+            await downstream.send_head(204, list(verdict.options_answer))
+            await downstream.send_body(b"", more=False)
+        elif path in HEALTH_PATHS and method in ("GET", "HEAD"):
+            await self._health(path, method, downstream)
+        elif self._metrics is not None and path == self.config.metrics.path and method == "GET":
+            body = self._metrics.exposition()
+            await send_plain(downstream, 200, CONTENT_TYPE_LATEST.encode(), body)
+        elif self.config.live_view.enabled and (path == PREFIX or path.startswith(PREFIX + "/")):
+            await self._live_view.handle(scope, downstream)
+        else:
+            return False
+        return True
+
     def _incoming(self, scope: dict[str, Any]) -> Incoming:
         method: str = scope["method"]
         path: str = scope["path"]
@@ -270,8 +304,10 @@ class ProxaiApp:
             http2=scope.get("http_version") == "2",
         )
 
-    def _admit(self, incoming: Incoming) -> None:
+    def _admit(self, incoming: Incoming, verdict: Verdict) -> None:
         """Refuse what proxai will not relay, before reading the body or going upstream."""
+        if verdict.refusal is not None:
+            raise verdict.refusal
         _check_target(incoming.raw_path, incoming.query)
         _check_path(incoming.method, incoming.path, incoming.raw_path)
         limit = self.config.server.max_header_bytes
