@@ -9,9 +9,9 @@ means (silence of the upstream), not the gap between two socket reads.
 
 from __future__ import annotations
 
-import functools
 import ssl
-from collections.abc import AsyncIterator, Iterable
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 
 import attrs
@@ -23,13 +23,24 @@ from ..outcome import OutcomeKind
 from ..protocols.table import UPSTREAM_PROTOCOLS
 from ..wire.headers import Headers, request_headers_for_upstream
 
-__all__ = ["UpstreamBroken", "UpstreamClient", "UpstreamResponse"]
+__all__ = [
+    "UpstreamBroken",
+    "UpstreamClient",
+    "UpstreamResponse",
+    "UrlCache",
+]
 
 
 #: Connection pools per upstream, and requests in flight each takes before the next
 #: one is used (see UpstreamClient.__init__).
 POOL_SHARDS = 8
 SHARD_REQUESTS = 4
+
+#: Upstream URLs kept ready (see UpstreamClient.url_for), and the longest path and
+#: query kept: a longer one (a long query string) is built each time, so the cache
+#: holds at most URL_CACHE_ENTRIES * URL_CACHE_TARGET_BYTES bytes of targets.
+URL_CACHE_ENTRIES = 1024
+URL_CACHE_TARGET_BYTES = 1024
 
 
 class UpstreamBroken(Exception):
@@ -51,6 +62,34 @@ class UpstreamResponse:
                 yield chunk
         except (httpx.ReadError, httpx.RemoteProtocolError) as exc:
             raise UpstreamBroken(str(exc) or type(exc).__name__) from exc
+
+
+class UrlCache:
+    """Upstream URLs by path and query, least recently used first out; only short
+    targets are kept, so its size is bounded in entries and in bytes."""
+
+    def __init__(self, build: Callable[[bytes, bytes], httpx.URL]) -> None:
+        self._build = build
+        self._urls: OrderedDict[tuple[bytes, bytes], httpx.URL] = OrderedDict()
+        self.target_bytes = 0  # the paths and queries held
+
+    def __len__(self) -> int:
+        return len(self._urls)
+
+    def get(self, raw_path: bytes, query: bytes) -> httpx.URL:
+        if len(raw_path) + len(query) > URL_CACHE_TARGET_BYTES:
+            return self._build(raw_path, query)
+        key = (raw_path, query)
+        url = self._urls.get(key)
+        if url is not None:
+            self._urls.move_to_end(key)
+            return url
+        url = self._urls[key] = self._build(raw_path, query)
+        self.target_bytes += len(raw_path) + len(query)
+        if len(self._urls) > URL_CACHE_ENTRIES:
+            (old_path, old_query), _ = self._urls.popitem(last=False)
+            self.target_bytes -= len(old_path) + len(old_query)
+        return url
 
 
 def _own_headers(upstream: UpstreamConfig) -> list[tuple[bytes, bytes]]:
@@ -99,7 +138,7 @@ class UpstreamClient:
         self.timeouts = timeouts  # [timeouts] with this upstream's overrides
         self._base = httpx.URL(upstream.url)
         self._own_headers = _own_headers(upstream)
-        self._url_cache = functools.lru_cache(maxsize=1024)(self._build_url)
+        self._urls = UrlCache(self._build_url)
         # Requests go straight to httpx's transport (its public low-level API): the
         # client layer's per-request work (redirects, auth, cookies, event hooks,
         # timeout merging) is work a proxy does not want, and about half of the
@@ -138,7 +177,11 @@ class UpstreamClient:
         """The upstream URL of a path and query (see :meth:`_build_url`), cached: a
         proxy sees the same few paths again and again, and httpx's URL parsing is a
         noticeable part of a request's CPU."""
-        return self._url_cache(raw_path, query)
+        return self._urls.get(raw_path, query)
+
+    @property
+    def url_cache(self) -> UrlCache:
+        return self._urls
 
     def _build_url(self, raw_path: bytes, query: bytes) -> httpx.URL:
         """``/v1/responses`` on proxai maps to ``{base_url}/responses`` upstream.
