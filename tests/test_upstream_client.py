@@ -2,8 +2,25 @@
 
 from __future__ import annotations
 
+import gzip
+import zlib
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
 from proxai.config import TimeoutsConfig, UpstreamConfig
+from proxai.outcome import OutcomeKind
+from proxai.relay.reader import Reading, reading_for
+from proxai.testing import Script
+from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, turn_bytes
+from proxai.testing.upstream import SSE_HEADERS
 from proxai.upstream.client import URL_CACHE_ENTRIES, URL_CACHE_TARGET_BYTES, UpstreamClient
+from proxai.wire.coding import PIECE_BYTES, CorruptCoding, Decoder
+
+TURN1 = turn_bytes(TURN1_EVENTS)
+
 
 # -- the URL cache -----------------------------------------------------------------------
 
@@ -30,3 +47,128 @@ async def test_the_url_cache_is_bounded_in_entries_and_bytes() -> None:
     assert client.url_for(b"/v1/responses", b"") is first
     assert str(first) == "http://up.test/v1/responses"
     await client.aclose()
+
+
+# -- encoded event streams ---------------------------------------------------------------
+
+
+def _gzip_sse(coding: str = "gzip", *, chunk_size: int = 97) -> Script:
+    """TURN1 as an event stream the upstream compressed although asked not to."""
+    if coding == "deflate":
+        packed = zlib.compress(TURN1)
+    elif coding == "gzip":
+        packed = gzip.compress(TURN1)
+    else:
+        packed = TURN1[::-1]  # any bytes: proxai cannot read them either way
+    return Script.sse(
+        [packed], chunk_size=chunk_size, headers=(*SSE_HEADERS, ("content-encoding", coding))
+    )
+
+
+def test_only_an_event_stream_in_a_coding_zlib_undoes_is_decoded() -> None:
+    sse = [(b"content-type", b"text/event-stream")]
+    gzipped = reading_for(200, [*sse, (b"Content-Encoding", b"GZIP")])
+    assert (gzipped.sse, gzipped.decode, gzipped.headers) == (True, b"gzip", sse)
+    assert reading_for(200, [*sse, (b"content-encoding", b"identity")]).decode is None
+    for unreadable in (b"br", b"zstd", b"gzip, gzip"):
+        reading = reading_for(200, [*sse, (b"content-encoding", unreadable)])
+        assert (reading.sse, reading.decode) == (False, None)
+        assert reading.unreadable is not None
+    # a JSON body or an error passes as it came: the client decodes it
+    json_body = [(b"content-type", b"application/json"), (b"content-encoding", b"gzip")]
+    assert reading_for(200, json_body) == Reading(False, json_body)
+    assert not reading_for(500, [*sse, (b"content-encoding", b"gzip")]).sse
+
+
+def test_a_decoder_hands_out_a_thousandfold_read_in_bounded_pieces() -> None:
+    plain = b"data: " + b"0" * 5_000_000 + b"\n\n"
+    packed = gzip.compress(plain)
+    decoder = Decoder(b"gzip")
+    pieces = [p for i in range(0, len(packed), 4096) for p in decoder.feed(packed[i : i + 4096])]
+    assert max(len(p) for p in pieces) <= PIECE_BYTES
+    assert b"".join(pieces) + decoder.close() == plain
+
+
+def test_a_deflate_stream_without_its_zlib_header_is_decoded_too() -> None:
+    squeeze = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    raw = squeeze.compress(TURN1) + squeeze.flush()
+    decoder = Decoder(b"deflate")
+    assert b"".join(decoder.feed(raw)) + decoder.close() == TURN1
+    with pytest.raises(CorruptCoding):
+        list(Decoder(b"gzip").feed(b"not gzip at all"))
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+async def test_a_gzipped_event_stream_is_decoded_observed_and_forwarded_plain(
+    start_upstream: Any, proxai_for: Any, coding: str
+) -> None:
+    upstream = await start_upstream([_gzip_sse(coding)])
+    async with proxai_for(upstream) as px, httpx.AsyncClient() as client:
+        # httpx accepts gzip: proxai still sends the stream decoded (see reliability.md)
+        response = await client.post(px.base_url + "/responses", json=TURN1_REQUEST)
+        [outcome] = await px.wait_for_outcomes(1)
+    assert upstream.requests[0].header("accept-encoding") == "identity"
+    assert response.status_code == 200
+    assert "content-encoding" not in response.headers
+    assert response.content == TURN1
+    assert outcome.kind is OutcomeKind.COMPLETED
+    assert outcome.events == len(TURN1_EVENTS)
+    assert outcome.bytes_out == len(TURN1)
+    assert any(coding in a for a in outcome.anomalies)
+
+
+async def test_the_openai_sdk_reads_a_stream_the_upstream_gzipped(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    openai = pytest.importorskip("openai")
+    upstream = await start_upstream([_gzip_sse()])
+    async with proxai_for(upstream) as px:
+
+        def drive() -> list[str]:
+            client = openai.OpenAI(base_url=px.base_url, api_key="sk-client", max_retries=0)
+            return [event.type for event in client.responses.create(**TURN1_REQUEST)]
+
+        types = await trio.to_thread.run_sync(drive)
+        [outcome] = await px.wait_for_outcomes(1)
+    assert types == [e["type"] for e in TURN1_EVENTS]
+    assert outcome.kind is OutcomeKind.COMPLETED
+
+
+async def test_an_event_stream_in_a_coding_proxai_cannot_read_is_relayed_unobserved(
+    start_upstream: Any, proxai_for: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    script = _gzip_sse("x-unknown")
+    upstream = await start_upstream([script])
+    async with proxai_for(upstream) as px, httpx.AsyncClient() as client:
+        response = await client.post(
+            px.base_url + "/responses",
+            json=TURN1_REQUEST,
+            headers={"accept-encoding": "identity"},
+        )
+        [outcome] = await px.wait_for_outcomes(1)
+    # its bytes and its coding pass unchanged: the client is the one to decode them
+    assert response.status_code == 200
+    assert response.headers["content-encoding"] == "x-unknown"
+    assert response.content == script.body
+    assert outcome.kind is OutcomeKind.COMPLETED
+    assert outcome.events == 0
+    assert any("x-unknown" in a and "unobserved" in a for a in outcome.anomalies)
+    assert any("x-unknown" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+
+
+async def test_a_corrupt_gzipped_stream_is_broken_like_a_reset_one(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    packed = gzip.compress(TURN1)
+    corrupt = packed[:200] + bytes(b ^ 0xFF for b in packed[200:260]) + packed[260:]
+    upstream = await start_upstream(
+        [Script.sse([corrupt], chunk_size=50, headers=(*SSE_HEADERS, ("content-encoding", "gzip")))]
+    )
+    async with proxai_for(upstream) as px, httpx.AsyncClient() as client:
+        response = await client.post(px.base_url + "/responses", json=TURN1_REQUEST)
+        [outcome] = await px.wait_for_outcomes(1)
+    assert outcome.kind is OutcomeKind.UPSTREAM_RESET
+    assert "gzip" in (outcome.detail or "")
+    # what was decoded before the fault went out, then proxai's own terminal event
+    assert response.content.startswith(TURN1[:40])
+    assert b"response.failed" in response.content
