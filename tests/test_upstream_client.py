@@ -4,19 +4,26 @@ from __future__ import annotations
 
 import gzip
 import zlib
+from functools import partial
 from typing import Any
 
 import httpx
 import pytest
 import trio
 
-from proxai.config import TimeoutsConfig, UpstreamConfig
+from proxai.config import ConfigError, TimeoutsConfig, UpstreamConfig, load_config
 from proxai.outcome import OutcomeKind
 from proxai.relay.reader import Reading, reading_for
-from proxai.testing import Script
+from proxai.testing import Script, ScriptedUpstream
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, turn_bytes
 from proxai.testing.upstream import SSE_HEADERS
-from proxai.upstream.client import URL_CACHE_ENTRIES, URL_CACHE_TARGET_BYTES, UpstreamClient
+from proxai.upstream.client import (
+    URL_CACHE_ENTRIES,
+    URL_CACHE_TARGET_BYTES,
+    ConnectionState,
+    UpstreamClient,
+    connections_to_close,
+)
 from proxai.wire.coding import PIECE_BYTES, CorruptCoding, Decoder
 
 TURN1 = turn_bytes(TURN1_EVENTS)
@@ -172,3 +179,75 @@ async def test_a_corrupt_gzipped_stream_is_broken_like_a_reset_one(
     # what was decoded before the fault went out, then proxai's own terminal event
     assert response.content.startswith(TURN1[:40])
     assert b"response.failed" in response.content
+
+
+# -- idle connections ----------------------------------------------------------------------
+
+
+async def _wait_until_open_at_most(upstream: ScriptedUpstream, count: int) -> None:
+    with trio.fail_after(10):  # a hang guard, not a measure
+        await upstream.wait_open_connections(count)
+
+
+def test_the_sweep_closes_expired_idle_connections_and_those_over_the_bound() -> None:
+    busy, idle = ConnectionState(False, False), ConnectionState(True, False)
+    expired = ConnectionState(True, True)
+    pools = [[busy, idle, expired, idle], [idle, busy, idle]]
+    assert connections_to_close(pools, max_idle=2) == [(0, 2), (1, 0), (1, 2)]
+    assert connections_to_close(pools, max_idle=10) == [(0, 2)]
+    assert connections_to_close(pools, max_idle=0) == [(0, 1), (0, 2), (0, 3), (1, 0), (1, 2)]
+    assert connections_to_close([[busy, ConnectionState(False, True)]], max_idle=0) == []
+
+
+async def _burst(client: UpstreamClient, streams: int) -> None:
+    async def one() -> None:
+        async with client.open("POST", b"/v1/responses", b"", [], b"{}") as response:
+            async for _ in response.iter_body():
+                pass
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(streams):
+            nursery.start_soon(one)
+
+
+async def test_a_burst_leaves_at_most_max_idle_connections_open(start_upstream: Any) -> None:
+    upstream = await start_upstream([Script.sse(TURN1_EVENTS[:4], delay=0.05)])
+    config = UpstreamConfig(base_url=upstream.base_url, max_idle_connections=3)
+    client = UpstreamClient(config, TimeoutsConfig())
+    await _burst(client, 24)
+    assert upstream.connections_opened == 24
+    await client.close_idle()
+    await _wait_until_open_at_most(upstream, 3)
+    assert client.pool_statistics().idle == upstream.open_connections == 3
+    # a kept one is reused
+    await _burst(client, 1)
+    assert upstream.connections_opened == 24
+    await client.aclose()
+
+
+async def test_idle_connections_close_after_keepalive_expiry_without_new_traffic(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    upstream = await start_upstream([Script.sse(TURN1_EVENTS, delay=0.02)])
+    streams = 20
+    async with (
+        proxai_for(upstream, upstream={"keepalive_expiry": 1.0}) as px,
+        httpx.AsyncClient(limits=httpx.Limits(max_connections=streams)) as client,
+    ):
+        async with trio.open_nursery() as nursery:
+            for _ in range(streams):
+                nursery.start_soon(
+                    partial(client.post, json=TURN1_REQUEST), px.base_url + "/responses"
+                )
+        await px.wait_for_outcomes(streams)
+        assert upstream.connections_opened == streams
+        assert upstream.open_connections > 0  # kept for reuse, for a while
+        # no request comes: the app's sweep closes them all once they expire
+        await _wait_until_open_at_most(upstream, 0)
+
+
+@pytest.mark.parametrize(("key", "value"), [("keepalive_expiry", 0), ("max_idle_connections", -1)])
+def test_the_pool_settings_are_checked_at_start_up(key: str, value: int) -> None:
+    upstream = {"base_url": "http://up.test/v1", key: value}
+    with pytest.raises(ConfigError, match=rf"upstream\.{key}: must be"):
+        load_config(None, overrides={"upstream": upstream})
