@@ -145,6 +145,10 @@ class UpstreamConfig:
     #: Verify the upstream's TLS certificate (against ``ca_bundle`` if set).
     verify: bool = True
     ca_bundle: str | None = None
+    #: Seconds an idle pooled connection to this upstream stays open, traffic or not.
+    keepalive_expiry: float = attrs.field(default=5.0, validator=_positive)
+    #: Idle connections to this upstream kept open at most (0: none are reused).
+    max_idle_connections: int = attrs.field(default=256, validator=_non_negative_int)
 
     @property
     def url(self) -> str:

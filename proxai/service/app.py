@@ -13,6 +13,7 @@ message shapes are known here and in :mod:`proxai.service.asgi_io` only.
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections.abc import Callable
 from typing import Any
@@ -119,6 +120,8 @@ class ProxaiApp:
         self._upstream_factory = upstream_factory
         self._on_outcome = on_outcome
         self._relays: set[Relay] = set()
+        #: The idle-connection sweep's scope: it ends before the pools close.
+        self._sweeping = trio.CancelScope()
         self._gate = Gate(config.server, lambda: self._relays)
         self._request_log = RequestLog(config.logging)
         self._metrics = Metrics(self._router.exact_models) if config.metrics.enabled else None
@@ -148,6 +151,7 @@ class ProxaiApp:
 
     async def shutdown(self) -> None:
         """Close the upstream connection pools (lifespan shutdown)."""
+        self._sweeping.cancel()
         clients, self._clients = self._clients, {}
         for client in clients.values():
             await client.aclose()
@@ -177,6 +181,7 @@ class ProxaiApp:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._drain_when_asked)
+                nursery.start_soon(self._close_idle_connections)
                 await self._lifespan_messages(receive, send)
                 nursery.cancel_scope.cancel()
         finally:
@@ -184,6 +189,19 @@ class ProxaiApp:
             # their sockets must not wait for the garbage collector.
             with trio.CancelScope(shield=True):
                 await self.shutdown()
+
+    async def _close_idle_connections(self) -> None:
+        """Close idle upstream connections once they expire, with or without traffic,
+        as nginx's ``keepalive_timeout`` does: httpcore only looks at a pool's idle
+        connections when a request comes to it, so a burst would otherwise leave its
+        connections open for good."""
+        upstreams = self.config.all_upstreams()
+        interval = min((u.keepalive_expiry for _, u in upstreams), default=math.inf) / 2
+        with self._sweeping:
+            while True:
+                await trio.sleep(interval)
+                for client in list(self._clients.values()):
+                    await client.close_idle()
 
     async def _drain_when_asked(self) -> None:
         await self._gate.wait_for_drain_request()

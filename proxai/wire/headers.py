@@ -5,7 +5,7 @@ belong to one connection and never cross. Upstream credentials are proxai's:
 the client's ``Authorization`` and ``x-api-key`` are replaced by the configured
 key, in the header the upstream's protocol expects. The upstream
 is asked for an identity encoding, because proxai frames SSE on the bytes as
-they arrive and must not see them compressed.
+they arrive (an upstream that compresses anyway is decoded: :mod:`proxai.wire.coding`).
 """
 
 from __future__ import annotations
