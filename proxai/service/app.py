@@ -29,7 +29,7 @@ from ..ops.request_log import RequestLog
 from ..outcome import Outcome, OutcomeKind
 from ..policy.auth import ClientKeys
 from ..policy.normalize import normalize_body
-from ..policy.retry import RetryPlan
+from ..policy.retry import RetryBudget, RetryPlan
 from ..policy.routes import Router
 from ..protocols.table import UPSTREAM_PROTOCOLS, Api, ClientSdk, api_for, upstream_kind_for
 from ..relay.exchange import Exchange, ObserverFactory, ProxiedRequest, UpstreamTarget, pass_through
@@ -106,7 +106,9 @@ class ProxaiApp:
         self._upstream_factory = upstream_factory
         self._on_outcome = on_outcome
         self._relays: set[Relay] = set()
-        self._gate = Gate(config.server, lambda: self._relays)
+        self._gate = Gate(
+            config.server, lambda: self._relays, RetryBudget.from_config(config.retries)
+        )
         self._request_log = RequestLog(config.logging)
         self._metrics = Metrics() if config.metrics.enabled else None
         self._captures = Captures(config.capture) if config.capture.enabled else None
@@ -334,6 +336,7 @@ class ProxaiApp:
             RetryPlan(route.upstreams, self.config.retries),
             self.config.timeouts,
             observer_factory=prepared.observer_factory,
+            retry_admission=self._gate,
             error_shape=incoming.sdk.error_shape,
             max_event_bytes=server.max_event_bytes,
             can_abort=not incoming.http2,
