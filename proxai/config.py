@@ -67,6 +67,18 @@ def _optional_positive(inst: object, attribute: attrs.Attribute[Any], value: flo
         _positive(inst, attribute, value)
 
 
+def _optional_positive_int(
+    inst: object, attribute: attrs.Attribute[Any], value: int | None
+) -> None:
+    if value is not None:
+        _positive_int(inst, attribute, value)
+
+
+def _percent(inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not 0 <= value <= 100:
+        raise InvalidValue(attribute, f"must be a percentage from 0 to 100, got {value!r}")
+
+
 def _port(inst: object, attribute: attrs.Attribute[Any], value: int) -> None:
     if not 0 <= value <= 65535:
         raise InvalidValue(attribute, f"must be a port number from 0 to 65535, got {value!r}")
@@ -193,10 +205,15 @@ class RouteConfig:
 class RetriesConfig:
     """Retries and fallback before the client has seen a byte (see docs/configuration.md)."""
 
-    max_attempts: int = attrs.field(default=3, validator=_positive_int)
+    #: Attempts per request in all; unset: one per upstream of the route (no revisits).
+    max_attempts: int | None = attrs.field(default=None, validator=_optional_positive_int)
     backoff_initial: float = attrs.field(default=0.25, validator=_positive)
     backoff_max: float = attrs.field(default=4.0, validator=_positive)
     retry_after_max: float = attrs.field(default=10.0, validator=_positive)
+    #: Retries in progress at once: at most this share of the requests in flight...
+    budget_percent: float = attrs.field(default=20.0, validator=_percent)
+    #: ...but always this many.
+    budget_min: int = attrs.field(default=3, validator=_non_negative_int)
 
 
 @attrs.frozen

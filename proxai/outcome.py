@@ -136,6 +136,8 @@ class Outcome:
     upstream: str | None = None  # the configured upstream's name ("default" for [upstream])
     route: str | None = None  # the [[routes]] entry that matched, if any
     attempts: list[AttemptRecord] = attrs.field(factory=list)  # every upstream try, in order
+    #: A retry was due but over the retry budget: the last attempt's failure was the answer.
+    retry_refused: bool = False
     status: int | None = None
     detail: str | None = None
     streaming: bool = False

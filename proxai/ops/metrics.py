@@ -74,6 +74,11 @@ class Metrics:
             ["upstream"],
             registry=registry,
         )
+        self.retries_refused = Counter(
+            "proxai_retries_refused",
+            "Retries not made because the retry budget was spent: the failure went to the client.",
+            registry=registry,
+        )
         self.first_byte = Histogram(
             "proxai_time_to_first_byte_seconds",
             "From the request's start to the upstream's response headers.",
@@ -133,6 +138,8 @@ class Metrics:
         model = self._model(outcome)
         kind = outcome.kind.value if outcome.kind else "unknown"
         self.requests.labels(outcome.route or "", upstream, model, kind).inc()
+        if outcome.retry_refused:
+            self.retries_refused.inc()
         if outcome.kind in STALLS:
             self.stalls.labels(kind).inc()
         if outcome.first_byte_s is not None:

@@ -59,6 +59,7 @@ def log_fields(outcome: Outcome) -> dict[str, Any]:
         "attempt_results": [
             a.status if a.status is not None else a.result for a in outcome.attempts
         ],
+        "retry_refused": outcome.retry_refused,
         "model": outcome.model,
         "stream": outcome.streaming,
         "tools": outcome.tools,

@@ -33,7 +33,7 @@ from ..outcome import Outcome, OutcomeKind
 from ..policy.auth import ClientKeys
 from ..policy.browser import BrowserPolicy, BrowserRequest, Verdict, is_loopback
 from ..policy.normalize import normalize_body
-from ..policy.retry import RetryPlan
+from ..policy.retry import RetryBudget, RetryPlan
 from ..policy.routes import Router
 from ..protocols.table import UPSTREAM_PROTOCOLS, Api, ClientSdk, api_for, upstream_kind_for
 from ..relay.exchange import Exchange, ObserverFactory, ProxiedRequest, UpstreamTarget, pass_through
@@ -122,7 +122,9 @@ class ProxaiApp:
         self._relays: set[Relay] = set()
         #: The idle-connection sweep's scope: it ends before the pools close.
         self._sweeping = trio.CancelScope()
-        self._gate = Gate(config.server, lambda: self._relays)
+        self._gate = Gate(
+            config.server, lambda: self._relays, RetryBudget.from_config(config.retries)
+        )
         self._request_log = RequestLog(config.logging)
         self._metrics = Metrics(self._router.exact_models) if config.metrics.enabled else None
         self._captures = Captures(config.capture) if config.capture.enabled else None
@@ -391,6 +393,7 @@ class ProxaiApp:
             RetryPlan(route.upstreams, self.config.retries),
             self.config.timeouts,
             observer_factory=prepared.observer_factory,
+            retry_admission=self._gate,
             error_shape=incoming.sdk.error_shape,
             max_event_bytes=server.max_event_bytes,
             can_abort=not incoming.http2,
