@@ -234,7 +234,12 @@ class Relay:
         client: trio.MemorySendChannel[ToWriter],
     ) -> None:
         async with upstream, client:
-            head = await upstream.receive()
+            try:
+                head = await upstream.receive()
+            except trio.EndOfChannel:
+                # The reader ended without a word: it raised, and its own error (in the
+                # nursery's group) says why. Nothing to add to it.
+                return
             if isinstance(head, ProxyError):
                 self.outcome.kind = self.outcome.kind or head.kind or OutcomeKind.PROXY_ERROR
                 self.outcome.detail = head.message
