@@ -468,24 +468,20 @@ async def test_a_storm_of_429s_reaches_the_upstreams_at_most_one_fifth_amplified
     assert registry.get_sample_value("proxai_retries_refused_total") == len(refused)
 
 
-async def test_a_lone_request_still_fails_over_with_a_budget_of_its_minimum(
-    autojump_clock: MockClock,
+@pytest.mark.parametrize(
+    ("budget_min", "status", "tried"),
+    [
+        (1, 200, ["upstream", "backup"]),  # a lone request fails over within the minimum
+        (0, 503, ["upstream"]),  # no budget at all: the first failure goes to the client
+    ],
+)
+async def test_the_budgets_minimum_decides_whether_a_lone_request_fails_over(
+    autojump_clock: MockClock, budget_min: int, status: int, tried: list[str]
 ) -> None:
     respond = by_host(default=error_json(503), backup=Script.sse([TURN1]))
-    retries = {"budget_percent": 0, "budget_min": 1}
+    retries = {"budget_percent": 0, "budget_min": budget_min}
     async with MemoryProxy(respond, upstreams=BACKUP, routes=FALLBACK, retries=retries) as proxy:
         exchange = await proxy.request(TURN1_REQUEST)
-    assert (exchange.status, exchange.body) == (200, TURN1)
-    assert hosts(proxy) == ["upstream", "backup"]
-
-
-async def test_with_no_retry_budget_the_first_failure_goes_to_the_client(
-    autojump_clock: MockClock,
-) -> None:
-    respond = by_host(default=error_json(503), backup=Script.sse([TURN1]))
-    retries = {"budget_percent": 0, "budget_min": 0}
-    async with MemoryProxy(respond, upstreams=BACKUP, routes=FALLBACK, retries=retries) as proxy:
-        exchange = await proxy.request(TURN1_REQUEST)
-    assert exchange.status == 503
-    assert hosts(proxy) == ["upstream"]
+    assert exchange.status == status
+    assert hosts(proxy) == tried
     assert exchange.outcome is not None and exchange.outcome.retry_refused

@@ -81,25 +81,24 @@ _DEFAULT_PORTS = {"http": ":80", "https": ":443"}
 _SHOWN = 100  # characters of a client's header value quoted back in an error
 
 
+def ip_address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """``text`` as an IP address (an IPv4-mapped IPv6 one as IPv4), or ``None``."""
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
 def is_loopback(host: str) -> bool:
     """Whether ``host`` (an address or name to listen on) is a loopback one."""
     host = host.strip("[]").lower()
     if host == "localhost":
         return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_loopback
-
-
-def _ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    try:
-        return ipaddress.ip_address(host)
-    except ValueError:
-        return None
+    address = ip_address(host)
+    return address is not None and address.is_loopback
 
 
 def host_of(value: str) -> str:
@@ -141,7 +140,7 @@ def normalize_allowed_host(entry: str) -> str:
     if host == ANY:
         return host
     bare = host.strip("[]")
-    if _ip(bare) is not None:
+    if ip_address(bare) is not None:
         return bare
     host = host[:-1] if host.endswith(".") else host
     if not _HOST_NAME.fullmatch(host):
@@ -240,7 +239,7 @@ class BrowserPolicy:
         return (
             host in ("", "localhost")
             or host.endswith(".localhost")
-            or _ip(host) is not None
+            or ip_address(host) is not None
             or host in self._hosts
         )
 
