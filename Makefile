@@ -22,7 +22,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-## test-browser: the live view page in headless chromium (installs Debian's chromium)
+## test-browser: the live view page and cross-site pages in headless chromium (installs Debian's chromium)
 test-browser: $(STAMP)
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 	$(BIN)/python -m pytest tests/browser -p no:cacheprovider --override-ini addopts=-ra

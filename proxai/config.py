@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 
 from .converters import InvalidValue, error_paths, strict_converter
+from .policy.browser import normalize_allowed_host, normalize_origin
 from .policy.model_patterns import compile_pattern, is_exact
 from .translate.options import MaxTokensField, TranslationOptions
 
@@ -67,6 +68,18 @@ def _optional_positive(inst: object, attribute: attrs.Attribute[Any], value: flo
         _positive(inst, attribute, value)
 
 
+def _optional_positive_int(
+    inst: object, attribute: attrs.Attribute[Any], value: int | None
+) -> None:
+    if value is not None:
+        _positive_int(inst, attribute, value)
+
+
+def _percent(inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not 0 <= value <= 100:
+        raise InvalidValue(attribute, f"must be a percentage from 0 to 100, got {value!r}")
+
+
 def _port(inst: object, attribute: attrs.Attribute[Any], value: int) -> None:
     if not 0 <= value <= 65535:
         raise InvalidValue(attribute, f"must be a port number from 0 to 65535, got {value!r}")
@@ -97,6 +110,10 @@ class ServerConfig:
     certfile: str | None = None  # TLS: serve https (and HTTP/2 through ALPN)
     keyfile: str | None = None
     ca_certs: str | None = None  # TLS: require client certificates signed by these CAs
+    #: Origins of web pages that may call proxai (CORS); "*" for any. Empty: none.
+    allowed_origins: list[str] = attrs.field(factory=list)
+    #: Host names accepted besides localhost and IP addresses (DNS rebinding); "*": any.
+    allowed_hosts: list[str] = attrs.field(factory=list)
 
 
 class Protocol(enum.StrEnum):
@@ -145,6 +162,10 @@ class UpstreamConfig:
     #: Verify the upstream's TLS certificate (against ``ca_bundle`` if set).
     verify: bool = True
     ca_bundle: str | None = None
+    #: Seconds an idle pooled connection to this upstream stays open, traffic or not.
+    keepalive_expiry: float = attrs.field(default=5.0, validator=_positive)
+    #: Idle connections to this upstream kept open at most (0: none are reused).
+    max_idle_connections: int = attrs.field(default=256, validator=_non_negative_int)
 
     @property
     def url(self) -> str:
@@ -189,10 +210,15 @@ class RouteConfig:
 class RetriesConfig:
     """Retries and fallback before the client has seen a byte (see docs/configuration.md)."""
 
-    max_attempts: int = attrs.field(default=3, validator=_positive_int)
+    #: Attempts per request in all; unset: one per upstream of the route (no revisits).
+    max_attempts: int | None = attrs.field(default=None, validator=_optional_positive_int)
     backoff_initial: float = attrs.field(default=0.25, validator=_positive)
     backoff_max: float = attrs.field(default=4.0, validator=_positive)
     retry_after_max: float = attrs.field(default=10.0, validator=_positive)
+    #: Retries in progress at once: at most this share of the requests in flight...
+    budget_percent: float = attrs.field(default=20.0, validator=_percent)
+    #: ...but always this many.
+    budget_min: int = attrs.field(default=3, validator=_non_negative_int)
 
 
 @attrs.frozen
@@ -365,6 +391,7 @@ def load_config(
         config = _resolve_files(config, Path(path).parent)
     problems = _check_upstreams(config, os.environ if environ is None else environ)
     problems += _check_routes(config) + _check_files(config) + _check_observability(config)
+    problems += _check_browser(config)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return config
@@ -426,6 +453,20 @@ def _check_observability(config: Config) -> list[str]:
             ipaddress.ip_network(network, strict=False)
         except ValueError:
             problems.append(f"live_view.allow[{i}]: not an IP network: {network!r}")
+    return problems
+
+
+def _check_browser(config: Config) -> list[str]:
+    problems: list[str] = []
+    for key, entries, check in (
+        ("allowed_origins", config.server.allowed_origins, normalize_origin),
+        ("allowed_hosts", config.server.allowed_hosts, normalize_allowed_host),
+    ):
+        for i, entry in enumerate(entries):
+            try:
+                check(entry)
+            except ValueError as exc:
+                problems.append(f"server.{key}[{i}]: {exc}")
     return problems
 
 

@@ -14,6 +14,7 @@ import attrs
 
 __all__ = [
     "CUT_SHORT",
+    "MAX_USAGE_DEPTH",
     "RETRYABLE_BEFORE_HEAD",
     "STALLS",
     "STREAM_DEADLINES",
@@ -24,7 +25,13 @@ __all__ = [
     "CallSummary",
     "Outcome",
     "OutcomeKind",
+    "cap_depth",
 ]
+
+#: How many levels of a usage object are kept (real ones have two or three): deeper
+#: objects and arrays become ``null``, so nothing that walks the record can run out of
+#: stack, and orjson (which refuses more than 254 levels) can always write it.
+MAX_USAGE_DEPTH = 8
 
 
 class OutcomeKind(enum.StrEnum):
@@ -129,6 +136,8 @@ class Outcome:
     upstream: str | None = None  # the configured upstream's name ("default" for [upstream])
     route: str | None = None  # the [[routes]] entry that matched, if any
     attempts: list[AttemptRecord] = attrs.field(factory=list)  # every upstream try, in order
+    #: A retry was due but over the retry budget: the last attempt's failure was the answer.
+    retry_refused: bool = False
     status: int | None = None
     detail: str | None = None
     streaming: bool = False
@@ -153,9 +162,45 @@ class Outcome:
     dropped: list[str] = attrs.field(factory=list)
 
     def as_dict(self) -> dict[str, object]:
-        """A JSON-ready view (for logs and the demo)."""
-        return attrs.asdict(self, value_serializer=_plain)
+        """A JSON-ready view (for captures and the demo); ``usage`` at most
+        :data:`MAX_USAGE_DEPTH` deep, whoever set it."""
+        record = attrs.asdict(attrs.evolve(self, usage=None), value_serializer=_plain)
+        record["usage"] = cap_depth(self.usage, MAX_USAGE_DEPTH)[0]
+        return record
 
 
 def _plain(inst: object, field: object, value: Any) -> Any:
     return value.value if isinstance(value, enum.Enum) else value
+
+
+def cap_depth(value: Any, depth: int) -> tuple[Any, bool]:
+    """A copy of a parsed JSON value whose objects and arrays nest at most ``depth``
+    levels (deeper ones become ``None``), and whether any did.
+
+    Iterative: an upstream's JSON can nest a thousand levels, past Python's stack.
+    """
+    if not isinstance(value, dict | list):
+        return value, False
+    if depth < 1:
+        return None, True
+    capped = False
+    root: dict[Any, Any] | list[Any] = {} if isinstance(value, dict) else []
+    pending: list[tuple[dict[Any, Any] | list[Any], dict[Any, Any] | list[Any], int]] = [
+        (value, root, 1)
+    ]
+    while pending:
+        source, copy, level = pending.pop()
+        for key, inner in source.items() if isinstance(source, dict) else enumerate(source):
+            if isinstance(inner, dict | list):
+                if level < depth:
+                    kept: Any = {} if isinstance(inner, dict) else []
+                    pending.append((inner, kept, level + 1))
+                else:
+                    kept, capped = None, True
+            else:
+                kept = inner
+            if isinstance(copy, dict):
+                copy[key] = kept
+            else:
+                copy.append(kept)
+    return root, capped

@@ -197,7 +197,7 @@ async def test_expect_100_continue(start_upstream: Any, proxai_for: Any) -> None
     async with proxai_for(upstream) as px:
         response = await raw_exchange(
             px.url,
-            b"POST /v1/responses HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"POST /v1/responses HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
             b"expect: 100-continue\r\nconnection: close\r\n"
             + f"content-length: {len(body)}\r\n\r\n".encode()
             + body,
@@ -212,10 +212,10 @@ async def test_huge_headers_are_refused_not_a_crash(start_upstream: Any, proxai_
     async with proxai_for(upstream) as px:
         response = await raw_exchange(
             px.url,
-            b"GET /v1/models HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * 200_000 + b"\r\n\r\n",
+            b"GET /v1/models HTTP/1.1\r\nhost: localhost\r\nx-big: " + b"a" * 200_000 + b"\r\n\r\n",
         )
         healthy = await raw_exchange(
-            px.url, b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+            px.url, b"GET /healthz HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n"
         )
     assert response == b"" or response.startswith((b"HTTP/1.1 4", b"HTTP/1.0 4"))
     assert upstream.requests == []

@@ -245,7 +245,7 @@ async def raw_get(url: str, target: str) -> bytes:
     assert parsed.port is not None
     stream = await trio.open_tcp_stream(parsed.host, parsed.port)
     async with stream:
-        request = f"GET {target} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+        request = f"GET {target} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n"
         await stream.send_all(request.encode())
         response = b""
         while chunk := await stream.receive_some():

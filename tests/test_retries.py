@@ -11,21 +11,26 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import pytest
 import trio
 from trio.testing import MockClock
 
 from proxai.config import RetriesConfig
+from proxai.ops.request_log import log_fields
 from proxai.outcome import AttemptRecord, OutcomeKind
-from proxai.policy.retry import RetryPlan, parse_retry_after
-from proxai.testing import RecordedRequest, Reset, Script, Stall
+from proxai.policy.retry import RetryBudget, RetryPlan, parse_retry_after
+from proxai.testing import RecordedRequest, Reset, Script, Sleep, Stall
 from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, turn_bytes
 
 TURN1 = turn_bytes(TURN1_EVENTS)
 BACKUP = {"backup": {"base_url": "http://backup.test/v1", "api_key": "sk-backup"}}
 FALLBACK = [{"model": "*", "upstreams": ["default", "backup"]}]
+#: Rounds: more attempts than upstreams, so upstreams are revisited after a backoff.
 ON = {"max_attempts": 3, "backoff_initial": 1.0, "backoff_max": 8.0, "retry_after_max": 10.0}
+#: proxai's own defaults (MemoryProxy turns retries off unless told).
+DEFAULTS: dict[str, Any] = {}
 
 
 def error_json(status: int, **headers: str) -> Script:
@@ -289,6 +294,7 @@ async def test_every_exchange_is_closed_and_its_pool_slot_returned(
         assert proxy.transport.requests
         assert all(r.closed_at is not None for r in proxy.transport.requests)
         assert _busy_slots(proxy) == [0] * len(_busy_slots(proxy))
+        assert proxy.app._gate.retry_budget.active == 0  # the retry's place given back
 
 
 async def test_an_error_while_deciding_on_an_answer_still_closes_it(
@@ -307,3 +313,176 @@ async def test_an_error_while_deciding_on_an_answer_still_closes_it(
         await trio.sleep(1)
         assert proxy.transport.requests[0].closed_at is not None
         assert _busy_slots(proxy) == [0] * len(_busy_slots(proxy))
+
+
+# -- the default: each upstream once, no revisits ------------------------------------
+
+
+def attempts_planned(plan: RetryPlan, result: AttemptRecord) -> list[tuple[str, float]]:
+    """Every attempt ``plan`` makes when each one ends like ``result``."""
+    made = [(plan.first(), 0.0)]
+    while True:
+        plan.record(AttemptRecord(made[-1][0], 0.0, status=result.status, kind=result.kind))
+        following = plan.next_attempt(plan.attempts[-1])
+        if following is None:
+            return made
+        made.append(following)
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [AttemptRecord("", 0, status=429), AttemptRecord("", 0, kind=OutcomeKind.STALLED_FIRST_BYTE)],
+)
+def test_by_default_each_upstream_of_the_route_is_tried_once_at_once(
+    failure: AttemptRecord,
+) -> None:
+    assert attempts_planned(RetryPlan(["a"], RetriesConfig()), failure) == [("a", 0.0)]
+    plan = RetryPlan(["a", "b", "c"], RetriesConfig())
+    assert attempts_planned(plan, failure) == [("a", 0.0), ("b", 0.0), ("c", 0.0)]
+
+
+def test_an_upstream_a_route_names_twice_is_still_tried_once() -> None:
+    plan = RetryPlan(["a", "b", "a"], RetriesConfig())
+    assert attempts_planned(plan, AttemptRecord("", 0, status=503)) == [("a", 0.0), ("b", 0.0)]
+
+
+def test_max_attempts_above_the_upstreams_goes_around_again_after_a_backoff() -> None:
+    retries = RetriesConfig(max_attempts=5, backoff_initial=1.0, backoff_max=8.0)
+    plan = RetryPlan(["a", "b"], retries, random.Random(3))
+    made = attempts_planned(plan, AttemptRecord("", 0, status=503))
+    assert [name for name, _ in made] == ["a", "b", "a", "b", "a"]
+    assert [delay for _, delay in made[:2]] == [0.0, 0.0]
+    assert all(0.5 <= delay <= 1.0 for _, delay in made[2:4])  # round 1: backoff_initial
+    assert 1.0 <= made[4][1] <= 2.0  # round 2: doubled
+
+
+def test_the_retry_budget_allows_its_minimum_whatever_the_traffic() -> None:
+    budget = RetryBudget(percent=20, minimum=3)
+    assert [budget.start(in_flight=1) for _ in range(4)] == [True, True, True, False]
+    budget.end()
+    assert budget.start(in_flight=1)
+    assert budget.active == 3
+
+
+def test_the_retry_budget_grows_with_the_requests_in_flight() -> None:
+    budget = RetryBudget(percent=20, minimum=3)
+    assert sum(budget.start(in_flight=100) for _ in range(50)) == 20
+    assert not budget.start(in_flight=100)
+    assert budget.start(in_flight=105)  # 21 of 105
+    for _ in range(21):
+        budget.end()
+    assert budget.active == 0
+
+
+def test_a_budget_of_nothing_refuses_every_retry() -> None:
+    budget = RetryBudget(percent=0, minimum=0)
+    assert not budget.start(in_flight=1000)
+    assert budget.active == 0
+
+
+async def test_one_upstream_that_stalls_is_a_504_after_first_byte_with_one_attempt(
+    autojump_clock: MockClock,
+) -> None:
+    async with MemoryProxy([Script(before_head=[Stall()])], retries=DEFAULTS) as proxy:
+        exchange = await proxy.request(TURN1_REQUEST)
+    assert exchange.status == 504
+    assert exchange.elapsed == 10.0  # first_byte, once
+    assert len(proxy.transport.requests) == 1
+    assert exchange.outcome is not None
+    assert exchange.outcome.kind is OutcomeKind.STALLED_FIRST_BYTE
+    assert not exchange.outcome.retry_refused  # nothing was due: the plan said no
+
+
+async def test_one_upstream_that_says_429_is_relayed_at_once_with_its_retry_after(
+    autojump_clock: MockClock,
+) -> None:
+    respond = by_host(default=[error_json(429, **{"retry-after": "7"}), Script.sse([TURN1])])
+    async with MemoryProxy(respond, retries=DEFAULTS) as proxy:
+        exchange = await proxy.request(TURN1_REQUEST)
+    assert exchange.status == 429
+    assert exchange.json()["error"]["message"] == "upstream says 429"
+    assert (b"retry-after", b"7") in exchange.headers
+    assert exchange.elapsed == 0.0
+    assert len(proxy.transport.requests) == 1  # the client's SDK decides when to try again
+
+
+@pytest.mark.parametrize(
+    ("failure", "status", "at"),
+    [(error_json(503), 503, 0.0), (Script(before_head=[Stall()]), 504, 20.0)],
+)
+async def test_two_upstreams_are_each_tried_once_and_never_revisited(
+    autojump_clock: MockClock, failure: Script, status: int, at: float
+) -> None:
+    async with MemoryProxy(
+        by_host(default=failure, backup=failure), upstreams=BACKUP, routes=FALLBACK, retries={}
+    ) as proxy:
+        exchange = await proxy.request(TURN1_REQUEST)
+    assert hosts(proxy) == ["upstream", "backup"]
+    assert exchange.status == status
+    assert exchange.elapsed == at  # the second one tried at once
+    assert exchange.outcome is not None and exchange.outcome.upstream == "backup"
+
+
+async def test_max_attempts_above_the_upstreams_revisits_them_after_a_backoff(
+    autojump_clock: MockClock,
+) -> None:
+    retries = {**ON, "max_attempts": 4}
+    respond = by_host(default=error_json(503), backup=error_json(502))
+    async with MemoryProxy(respond, upstreams=BACKUP, routes=FALLBACK, retries=retries) as proxy:
+        exchange = await proxy.request(TURN1_REQUEST)
+    assert hosts(proxy) == ["upstream", "backup", "upstream", "backup"]
+    assert exchange.status == 502
+    assert exchange.outcome is not None
+    started = [a.started_s for a in exchange.outcome.attempts]
+    assert started[:2] == [0.0, 0.0]
+    # Each revisit waits the first round's backoff (1 s, jittered), as before.
+    assert 0.5 <= started[2] <= 1.0
+    assert 0.5 <= started[3] - started[2] <= 1.0
+
+
+async def test_a_storm_of_429s_reaches_the_upstreams_at_most_one_fifth_amplified(
+    autojump_clock: MockClock,
+) -> None:
+    # Every upstream takes a second to say 429, so retries overlap as in a real storm.
+    slow_429 = attrs.evolve(error_json(429), before_head=[Sleep(1.0)])
+    clients = 100
+    async with MemoryProxy(
+        by_host(default=slow_429, backup=slow_429),
+        upstreams=BACKUP,
+        routes=FALLBACK,
+        retries=DEFAULTS,
+    ) as proxy:
+        async with trio.open_nursery() as nursery:
+            for _ in range(clients):
+                nursery.start_soon(proxy.request, TURN1_REQUEST)
+        assert proxy.app._gate.retry_budget.active == 0
+    attempts = len(proxy.transport.requests)
+    retried = attempts - clients
+    assert 3 <= retried <= clients * 0.2 + 3  # budget_min, and at most 20% of those in flight
+    refused = [o for o in proxy.outcomes if o.retry_refused]
+    assert len(refused) == clients - retried  # each request had one retry due
+    assert all(o.status == 429 and len(o.attempts) == 1 for o in refused)
+    assert log_fields(refused[0])["retry_refused"] is True
+    assert proxy.app._metrics is not None
+    registry = proxy.app._metrics.registry
+    assert registry.get_sample_value("proxai_retries_refused_total") == len(refused)
+
+
+@pytest.mark.parametrize(
+    ("budget_min", "status", "tried"),
+    [
+        (1, 200, ["upstream", "backup"]),  # a lone request fails over within the minimum
+        (0, 503, ["upstream"]),  # no budget at all: the first failure goes to the client
+    ],
+)
+async def test_the_budgets_minimum_decides_whether_a_lone_request_fails_over(
+    autojump_clock: MockClock, budget_min: int, status: int, tried: list[str]
+) -> None:
+    respond = by_host(default=error_json(503), backup=Script.sse([TURN1]))
+    retries = {"budget_percent": 0, "budget_min": budget_min}
+    async with MemoryProxy(respond, upstreams=BACKUP, routes=FALLBACK, retries=retries) as proxy:
+        exchange = await proxy.request(TURN1_REQUEST)
+    assert exchange.status == status
+    assert hosts(proxy) == tried
+    assert exchange.outcome is not None
+    assert exchange.outcome.retry_refused is (budget_min == 0)

@@ -4,7 +4,7 @@ When ``[capture] enabled``, each request gets a folder ``<dir>/<UTC time>-<reque
 (the time to the microsecond, so names sort in the order requests ended):
 
 - ``request.http``: the request as proxai received it (request line, headers,
-  body), credentials redacted;
+  body), the values of credential-looking headers and query parameters redacted;
 - ``upstream.bin``: the upstream's response (status line, headers, then the
   body bytes exactly as read);
 - ``client.bin``: the response body bytes proxai sent to the client;
@@ -13,11 +13,13 @@ When ``[capture] enabled``, each request gets a folder ``<dir>/<UTC time>-<reque
 Each file stops at ``max_bytes`` (a ``truncated`` note says so in
 outcome.json). Bytes are buffered in memory (so bounded by ``max_bytes``) and
 written by a worker thread when the request ends; then only the newest
-``keep`` folders are kept.
+``keep`` folders are kept. Folders are created ``0700`` and files ``0600``: they
+hold prompts and answers.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import time
@@ -29,22 +31,11 @@ import trio
 
 from ..config import CaptureConfig
 from ..outcome import Outcome
+from ..wire.query import looks_like_credential, redact_query
 
 __all__ = ["REDACTED", "Capture", "Captures"]
 
 REDACTED = b"[redacted]"
-#: Headers whose values never reach a capture.
-SECRET_HEADERS = frozenset(
-    {
-        b"authorization",
-        b"proxy-authorization",
-        b"x-api-key",
-        b"api-key",
-        b"x-goog-api-key",
-        b"cookie",
-        b"set-cookie",
-    }
-)
 #: The folders proxai writes; pruning never touches anything else in ``dir``.
 FOLDER = re.compile(r"\d{8}T\d{6}\.\d{6}-req_[0-9a-f]{24}")
 
@@ -73,8 +64,10 @@ class _Capped:
 
 
 def _headers(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """Headers as on the wire; any whose name looks like a credential's is redacted
+    (a list of known names always misses the next API's)."""
     return b"".join(
-        n + b": " + (REDACTED if n.lower() in SECRET_HEADERS else v) + b"\r\n" for n, v in headers
+        n + b": " + (REDACTED if looks_like_credential(n) else v) + b"\r\n" for n, v in headers
     )
 
 
@@ -89,6 +82,7 @@ class Capture:
     def request_head(
         self, method: str, raw_path: bytes, query: bytes, headers: Iterable[tuple[bytes, bytes]]
     ) -> None:
+        query = redact_query(query, looks_like_credential, REDACTED)
         target = raw_path + (b"?" + query if query else b"")
         self.request.add(
             method.encode() + b" " + target + b" HTTP/1.1\r\n" + _headers(headers) + b"\r\n"
@@ -119,7 +113,10 @@ class Captures:
         now = time.time()  # to the microsecond: names sort in the order requests ended
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}"
         folder = self._dir / f"{stamp}-{outcome.request_id}"
-        folder.mkdir(parents=True, exist_ok=True)
+        # The modes hold whatever the umask (it can only take permissions away); a
+        # ``dir`` that already exists keeps its own.
+        self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700, exist_ok=True)
         files = {
             "request.http": capture.request,
             "upstream.bin": capture.upstream,
@@ -129,8 +126,10 @@ class Captures:
         record["truncated"] = sorted(n for n, c in files.items() if c.truncated)
         try:
             for name, content in files.items():
-                (folder / name).write_bytes(content.bytes())
-            (folder / "outcome.json").write_bytes(orjson.dumps(record, option=orjson.OPT_INDENT_2))
+                _write_private(folder / name, content.bytes())
+            _write_private(
+                folder / "outcome.json", orjson.dumps(record, option=orjson.OPT_INDENT_2)
+            )
         except FileNotFoundError:
             return  # another worker pruned it already: it was not among the newest
         self._prune()
@@ -142,3 +141,11 @@ class Captures:
         folders = sorted(p.name for p in self._dir.iterdir() if FOLDER.fullmatch(p.name))
         for old in folders[: max(0, len(folders) - self._keep)]:
             shutil.rmtree(self._dir / old, ignore_errors=True)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write a file only proxai's user can read, created so from the start (no window
+    in which it is world-readable), never through a symlink."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with open(fd, "wb") as file:
+        file.write(data)

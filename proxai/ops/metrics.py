@@ -9,6 +9,7 @@ over all of them.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -26,8 +27,9 @@ from .request_log import usage_tokens
 __all__ = ["CONTENT_TYPE_LATEST", "MULTIPROCESS_ENV", "Metrics"]
 
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
-#: Distinct model names kept as label values per process; the rest count as "other",
-#: so clients naming random models cannot grow the metrics without bound.
+#: Distinct model names kept as label values per process, besides the models routes
+#: name exactly; the rest count as "other", so clients naming random models cannot grow
+#: the metrics without bound.
 MAX_MODELS = 100
 MAX_MODEL_LENGTH = 100
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -35,12 +37,16 @@ _DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
 
 
 class Metrics:
-    """The metrics of one proxai process (one ProxaiApp)."""
+    """The metrics of one proxai process (one ProxaiApp).
 
-    def __init__(self) -> None:
+    ``route_models`` (the models ``[[routes]]`` name exactly) always keep their label.
+    """
+
+    def __init__(self, route_models: Iterable[str] = ()) -> None:
         self.multiprocess = bool(os.environ.get(MULTIPROCESS_ENV))
         registry = self.registry = CollectorRegistry(auto_describe=True)
-        self._models: set[str] = set()
+        self._route_models = frozenset(route_models)
+        self._models: set[str] = set()  # the others given a label, at most MAX_MODELS
         self.requests = Counter(
             "proxai_requests",
             "Requests by route, upstream, model and outcome.",
@@ -66,6 +72,11 @@ class Metrics:
             "proxai_upstream_retries",
             "Attempts after a request's first one, by the upstream retried on.",
             ["upstream"],
+            registry=registry,
+        )
+        self.retries_refused = Counter(
+            "proxai_retries_refused",
+            "Retries not made because the retry budget was spent: the failure went to the client.",
             registry=registry,
         )
         self.first_byte = Histogram(
@@ -106,15 +117,17 @@ class Metrics:
         )
 
     def _model(self, outcome: Outcome) -> str:
-        """The model label: a model an upstream served (a 2xx answer) gets one of the
-        first MAX_MODELS slots; refused, failed and odd names count as "other", so no
-        client can crowd out real models or grow the metrics."""
+        """The model label: a model a route names exactly is always its own; another
+        that an upstream served (a 2xx answer) gets one of the first MAX_MODELS slots;
+        refused, failed and odd names count as "other". No client can grow the metrics,
+        nor crowd out the models the configuration names (an accepting upstream can
+        serve any name, so serving alone proves nothing)."""
         model = outcome.model
         if model is None:
             return ""
-        served = outcome.status is not None and 200 <= outcome.status < 300
-        if model in self._models:
+        if model in self._route_models or model in self._models:
             return model
+        served = outcome.status is not None and 200 <= outcome.status < 300
         if served and len(model) <= MAX_MODEL_LENGTH and len(self._models) < MAX_MODELS:
             self._models.add(model)
             return model
@@ -125,6 +138,8 @@ class Metrics:
         model = self._model(outcome)
         kind = outcome.kind.value if outcome.kind else "unknown"
         self.requests.labels(outcome.route or "", upstream, model, kind).inc()
+        if outcome.retry_refused:
+            self.retries_refused.inc()
         if outcome.kind in STALLS:
             self.stalls.labels(kind).inc()
         if outcome.first_byte_s is not None:

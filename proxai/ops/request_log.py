@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from ..config import LogFormat, LoggingConfig
-from ..outcome import WARNINGS, Outcome
+from ..outcome import MAX_USAGE_DEPTH, WARNINGS, Outcome
 
 __all__ = ["JsonFormatter", "RequestLog", "configure", "log_fields", "usage_tokens"]
 
@@ -28,22 +28,20 @@ def _ms(seconds: float | None) -> float | None:
 
 def usage_tokens(usage: dict[str, Any] | None) -> dict[str, int]:
     """Token counts of a usage object, flattened (``output_tokens_details.reasoning_tokens``
-    becomes ``reasoning_tokens``); numbers only."""
+    becomes ``reasoning_tokens``); numbers only, from its first :data:`MAX_USAGE_DEPTH`
+    levels (walked without recursion: an upstream's JSON can nest past Python's stack)."""
     counts: dict[str, int] = {}
-
-    def walk(value: Any) -> None:
-        if isinstance(value, dict):
-            for key, inner in value.items():
-                if (
-                    isinstance(inner, int)
-                    and not isinstance(inner, bool)
-                    and key.endswith("tokens")
-                ):
-                    counts[key] = counts.get(key, 0) + inner
-                else:
-                    walk(inner)
-
-    walk(usage)
+    # One iterator per open level, so counts keep the order of the keys.
+    levels = [iter(usage.items())] if isinstance(usage, dict) else []
+    while levels:
+        for key, inner in levels[-1]:
+            if isinstance(inner, int) and not isinstance(inner, bool) and key.endswith("tokens"):
+                counts[key] = counts.get(key, 0) + inner
+            elif isinstance(inner, dict) and len(levels) < MAX_USAGE_DEPTH:
+                levels.append(iter(inner.items()))
+                break
+        else:
+            levels.pop()
     return counts
 
 
@@ -61,6 +59,7 @@ def log_fields(outcome: Outcome) -> dict[str, Any]:
         "attempt_results": [
             a.status if a.status is not None else a.result for a in outcome.attempts
         ],
+        "retry_refused": outcome.retry_refused,
         "model": outcome.model,
         "stream": outcome.streaming,
         "translation": outcome.translation,
@@ -89,11 +88,24 @@ def log_fields(outcome: Outcome) -> dict[str, Any]:
     }
 
 
+def _escape(char: str) -> str:
+    """``\\uXXXX`` as JSON writes it (a surrogate pair beyond the BMP)."""
+    code = ord(char)
+    if code > 0xFFFF:
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
 def _text(value: str) -> str:
     """A value as one token: quoted (JSON escapes) when it holds a space, a quote or a
-    control character, so a client's path or model cannot forge or break a line."""
+    character that is not printable, so a client's path or model cannot forge or break
+    a line. orjson escapes only what JSON requires (below U+0020): the rest of what
+    can end a line for a log reader (U+0085, U+2028, U+2029) or hide text (U+202E)
+    is escaped here."""
     if not value or any(c.isspace() or c == '"' or not c.isprintable() for c in value):
-        return orjson.dumps(value).decode()
+        quoted = orjson.dumps(value).decode()
+        return "".join(c if c.isprintable() else _escape(c) for c in quoted)
     return value
 
 
@@ -133,6 +145,11 @@ class RequestLog:
         log.log(level, "%s", message, extra={"proxai_fields": fields})
 
 
+#: Line breaks JSON lets a string hold raw (orjson escapes those below U+0020), which
+#: some log readers split lines at: escaped, the line stays one line and the same JSON.
+_JSON_LINE_BREAKS = str.maketrans({c: f"\\u{ord(c):04x}" for c in "\x85\u2028\u2029"})
+
+
 class JsonFormatter(logging.Formatter):
     """Every log record as one JSON object; request records carry their fields."""
 
@@ -151,7 +168,7 @@ class JsonFormatter(logging.Formatter):
             line["message"] = record.getMessage()
             if record.exc_info:
                 line["exception"] = self.formatException(record.exc_info)
-        return orjson.dumps(line).decode()
+        return orjson.dumps(line).decode().translate(_JSON_LINE_BREAKS)
 
 
 def configure(config: LoggingConfig, level_override: str | None = None) -> None:

@@ -6,9 +6,16 @@ attempt is worth repeating only while nothing has reached the client, and only
 for failures another try can fix: no connection, no response headers within
 ``first_byte``, a connection closed before the headers, ``429`` and ``5xx``.
 
-Attempts walk the route's upstreams in order and then around again; a fresh
-upstream is tried at once, a repeated one after exponential backoff with
-jitter, or after its ``Retry-After`` (capped by ``retry_after_max``).
+By default each upstream of the route is tried at most once, in order, and at
+once (as nginx's ``proxy_next_upstream``): with one upstream, a failure goes to
+the client as it is, and the client's own retries are the only ones. Only a
+``max_attempts`` above the number of upstreams goes around again: a revisited
+upstream after exponential backoff with jitter, or after its ``Retry-After``
+(capped by ``retry_after_max``).
+
+Whatever the plan says, :class:`RetryBudget` (Envoy's retry budget) caps the
+retries in progress across all requests, so that a storm of failures is not
+multiplied: the upstream sees little more than the clients' own traffic.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from ..config import RetriesConfig
 from ..outcome import RETRYABLE_BEFORE_HEAD, AttemptRecord
 
 __all__ = [
+    "RetryBudget",
     "RetryPlan",
     "is_retryable",
     "parse_retry_after",
@@ -78,8 +86,11 @@ class RetryPlan:
         rng: random.Random | None = None,
     ) -> None:
         assert upstreams
-        self._upstreams = tuple(upstreams)
+        # Each upstream once per round, even if the route names it twice.
+        self._upstreams = tuple(dict.fromkeys(upstreams))
         self._retries = retries
+        #: Attempts in all: by default one per upstream, so nothing is revisited.
+        self.max_attempts = retries.max_attempts or len(self._upstreams)
         self._rng = rng or _RNG
         #: Every attempt so far, in order (appended by :meth:`record` only).
         self.attempts: list[AttemptRecord] = []
@@ -95,7 +106,7 @@ class RetryPlan:
     def next_attempt(self, last: AttemptRecord) -> tuple[str, float] | None:
         """After ``last`` failed: the next upstream and the seconds to wait first,
         or ``None`` when ``last`` is final (not retryable, or no attempts left)."""
-        if not is_retryable(last) or len(self.attempts) >= self._retries.max_attempts:
+        if not is_retryable(last) or len(self.attempts) >= self.max_attempts:
             return None
         index = len(self.attempts)
         upstream = self._upstreams[index % len(self._upstreams)]
@@ -109,3 +120,40 @@ class RetryPlan:
         if previous.retry_after is not None:
             delay = max(delay, min(previous.retry_after, retries.retry_after_max))
         return upstream, delay
+
+
+class RetryBudget:
+    """How many retries may be in progress at once, over all of a process's requests.
+
+    As Envoy's retry budget: at most ``percent`` of the requests in flight, but
+    always ``minimum``, so that a lone failing request may still fail over. A
+    retry holds its place from the moment it is decided (its backoff included)
+    until its attempt has an answer or has failed.
+    """
+
+    def __init__(self, percent: float, minimum: int) -> None:
+        self.percent = percent
+        self.minimum = minimum
+        #: Retries in progress now.
+        self.active = 0
+
+    @classmethod
+    def from_config(cls, retries: RetriesConfig) -> RetryBudget:
+        return cls(retries.budget_percent, retries.budget_min)
+
+    def limit(self, in_flight: int) -> float:
+        """The most retries that may be in progress with ``in_flight`` requests."""
+        return max(float(self.minimum), in_flight * self.percent / 100)
+
+    def start(self, in_flight: int) -> bool:
+        """Take a place for one retry if the budget has one; ``False``: over budget,
+        the failure stands."""
+        if self.active >= self.limit(in_flight):
+            return False
+        self.active += 1
+        return True
+
+    def end(self) -> None:
+        """A retry that :meth:`start` let through has its answer (or was abandoned)."""
+        assert self.active > 0
+        self.active -= 1

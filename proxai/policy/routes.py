@@ -19,7 +19,7 @@ import attrs
 
 from ..config import Config, Protocol
 from ..errors import ProxyError
-from .model_patterns import compile_pattern
+from .model_patterns import compile_pattern, is_exact
 
 __all__ = ["Route", "Router", "Serves"]
 
@@ -59,6 +59,8 @@ class Router:
             for i, entry in enumerate(config.routes)
         ]
         self._protocols = {name: upstream.protocol for name, upstream in config.all_upstreams()}
+        #: The models a route names exactly (no glob, no regex): the operator's own.
+        self.exact_models = frozenset(e.model for e in config.routes if is_exact(e.model))
 
     @property
     def has_routes(self) -> bool:

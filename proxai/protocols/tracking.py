@@ -22,7 +22,7 @@ from collections.abc import Hashable, Sequence
 import attrs
 
 from ..config import TimeoutsConfig
-from ..outcome import CallSummary, Outcome, OutcomeKind
+from ..outcome import MAX_USAGE_DEPTH, CallSummary, Outcome, OutcomeKind, cap_depth
 from ..wire.sse import SSEFrame
 from .observer import (
     ItemSnapshot,
@@ -217,13 +217,17 @@ class TrackingObserver(StreamObserver):
 
     def fill(self, outcome: Outcome) -> None:
         outcome.stalled_item = self._stalled.label if self._stalled else None
-        outcome.usage = self._usage
+        outcome.usage, usage_capped = cap_depth(self._usage, MAX_USAGE_DEPTH)
         outcome.calls = [item.summary() for item in self._calls]
         outcome.aggregates_match = None if not self._comparisons else not self._mismatches
         outcome.anomalies.extend(self._anomalies)
         if self._anomalies_dropped:
             outcome.anomalies.append(f"... and {self._anomalies_dropped} more anomalies")
         outcome.anomalies.extend(f"aggregate differs: {m}" for m in self._mismatches)
+        if usage_capped:
+            outcome.anomalies.append(
+                f"usage nested deeper than {MAX_USAGE_DEPTH} levels: the deeper part is dropped"
+            )
 
     def snapshot(self, now: float) -> ObserverSnapshot:
         items = tuple(

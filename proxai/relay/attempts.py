@@ -2,8 +2,8 @@
 
 :class:`~proxai.policy.retry.RetryPlan` decides (which upstream next, after
 what delay); this module does the I/O: each attempt's request, bounded by
-``first_byte`` (or ``total``), and the closing of every response that is not
-the answer.
+``first_byte`` (or ``total``), the retry budget's places, and the closing of
+every response that is not the answer.
 """
 
 from __future__ import annotations
@@ -42,50 +42,73 @@ async def open_upstream(
 
     Each attempt's response lives on an exit stack of its own inside ``stack``: a
     retried response is closed at once, never relayed; the answer stays open until
-    ``stack`` closes.
+    ``stack`` closes. Each retry needs a place in the exchange's retry budget, held
+    until its attempt is decided; without one, the failure at hand is the answer.
     """
-    request, plan = exchange.request, exchange.plan
+    plan, admission = exchange.plan, exchange.retry_admission
     name, delay = plan.first(), 0.0
     outcome.attempts = plan.attempts
-    while True:
-        if delay:
-            await trio.sleep(delay)
-        target = exchange.targets[name]
-        attempt = AttemptRecord(name, trio.current_time() - started)
-        index = plan.record(attempt)
-        outcome.upstream = name
-        first_byte = math.inf
-        if request.first_byte_applies:
-            first_byte = trio.current_time() + target.timeouts.first_byte
-        attempt_stack = await stack.enter_async_context(AsyncExitStack())
-        result: UpstreamResponse | ProxyError
-        try:
-            with trio.fail_at(min(first_byte, total_deadline)):
-                result = await attempt_stack.enter_async_context(
-                    target.client.open(
-                        request.method,
-                        target.raw_path if target.raw_path is not None else request.raw_path,
-                        target.query if target.query is not None else request.query,
-                        request.headers,
-                        target.body,
-                    )
-                )
-        except trio.TooSlowError:
-            if first_byte <= total_deadline:
-                result = head_timeout(first_byte=True, seconds=target.timeouts.first_byte)
+    retrying = False  # holding a place in the retry budget
+    try:
+        while True:
+            if delay:
+                await trio.sleep(delay)
+            target = exchange.targets[name]
+            attempt = AttemptRecord(name, trio.current_time() - started)
+            index = plan.record(attempt)
+            outcome.upstream = name
+            attempt_stack = await stack.enter_async_context(AsyncExitStack())
+            result = await _attempt(attempt_stack, exchange, target, total_deadline)
+            if retrying:
+                retrying = False
+                admission.end_retry()
+            if isinstance(result, ProxyError):
+                attempt.kind, attempt.detail = result.kind, result.message
             else:
-                result = head_timeout(first_byte=False, seconds=exchange.timeouts.total)
-        except ProxyError as exc:
-            result = exc
-        if isinstance(result, ProxyError):
-            attempt.kind, attempt.detail = result.kind, result.message
-        else:
-            attempt.status = result.status
-            attempt.retry_after = retry_after_header(result.headers, time.time())
-        if on_attempt is not None:
-            on_attempt(attempt, index)
-        following = plan.next_attempt(attempt)
-        if following is None or trio.current_time() + following[1] >= total_deadline:
-            return target, result
-        await attempt_stack.aclose()
-        name, delay = following
+                attempt.status = result.status
+                attempt.retry_after = retry_after_header(result.headers, time.time())
+            if on_attempt is not None:
+                on_attempt(attempt, index)
+            following = plan.next_attempt(attempt)
+            if following is None or trio.current_time() + following[1] >= total_deadline:
+                return target, result
+            if not admission.start_retry():
+                outcome.retry_refused = True  # over budget: this failure is the answer
+                return target, result
+            retrying = True
+            await attempt_stack.aclose()
+            name, delay = following
+    finally:
+        if retrying:  # cancelled during a retry's backoff or before its answer
+            admission.end_retry()
+
+
+async def _attempt(
+    attempt_stack: AsyncExitStack,
+    exchange: Exchange,
+    target: UpstreamTarget,
+    total_deadline: float,
+) -> UpstreamResponse | ProxyError:
+    """One attempt: the upstream's response (on ``attempt_stack``), or how it failed
+    before one, within ``first_byte`` (or ``total``)."""
+    request = exchange.request
+    first_byte = math.inf
+    if request.first_byte_applies:
+        first_byte = trio.current_time() + target.timeouts.first_byte
+    try:
+        with trio.fail_at(min(first_byte, total_deadline)):
+            return await attempt_stack.enter_async_context(
+                target.client.open(
+                    request.method,
+                    target.raw_path if target.raw_path is not None else request.raw_path,
+                    target.query if target.query is not None else request.query,
+                    request.headers,
+                    target.body,
+                )
+            )
+    except trio.TooSlowError:
+        if first_byte <= total_deadline:
+            return head_timeout(first_byte=True, seconds=target.timeouts.first_byte)
+        return head_timeout(first_byte=False, seconds=exchange.timeouts.total)
+    except ProxyError as exc:
+        return exc

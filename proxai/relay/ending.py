@@ -5,7 +5,8 @@ the upstream's status, whether any byte reached the client and whether the
 observer saw the protocol's terminal event, :func:`decide` says what the client
 gets: an HTTP error instead of the response (nothing was forwarded yet), bytes
 appended at a frame boundary (the protocol's synthesized error), or a body
-broken off (no observer can say it in the protocol's shape). No I/O, no trio.
+broken off (no observer can say it in the protocol's shape); :func:`client_gone`
+says how a request whose client went away is recorded. No I/O, no trio.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from ..errors import ProxyError, shutdown_error
 from ..outcome import CUT_SHORT, UPSTREAM_CUT_SHORT, OutcomeKind
 from ..protocols.observer import Verdict
 
-__all__ = ["Ending", "decide", "error_before_first_byte", "head_timeout"]
+__all__ = ["Ending", "client_gone", "decide", "error_before_first_byte", "head_timeout"]
 
 _UPSTREAM_END_CODES = {
     OutcomeKind.UPSTREAM_EOF: "upstream_closed",
@@ -57,6 +58,31 @@ def decide(
     # body for a whole one.
     abort = not verdict.closing and verdict.kind in CUT_SHORT and not finished and can_abort
     return Ending(verdict.kind, verdict.detail, closing=verdict.closing, abort=abort)
+
+
+def client_gone(
+    *, judged: OutcomeKind | None, blocked_s: float | None, client_write: float
+) -> tuple[OutcomeKind, str | None] | None:
+    """How a request whose client's connection ended before the response did is recorded;
+    ``None`` keeps what the relay already judged.
+
+    ``judged``: the outcome kind so far. ``blocked_s``: how long the write to the client
+    in progress had waited (``None`` between writes). A client already judged stalled
+    stays so. A connection that ends while a write has waited half of ``client_write``
+    is a stalled client too: the kernel closes a connection ``client_write`` after the
+    client's last acknowledgement (``TCP_USER_TIMEOUT``), which can come before proxai's
+    own count, which starts only once the socket's send buffer is full and a write
+    waits; a client that merely hangs up leaves no write waiting that long.
+    """
+    if judged is OutcomeKind.CLIENT_STALLED:
+        return None
+    if blocked_s is not None and blocked_s >= client_write / 2:
+        return (
+            OutcomeKind.CLIENT_STALLED,
+            f"the client's connection ended while a write to it had waited {blocked_s:.1f} s"
+            " (it stopped reading; proxai client_write timeout)",
+        )
+    return OutcomeKind.CLIENT_DISCONNECTED, None
 
 
 def error_before_first_byte(verdict: Verdict) -> ProxyError:

@@ -20,9 +20,11 @@ from ..upstream.client import UpstreamClient
 from ..wire.headers import Headers
 
 __all__ = [
+    "UNLIMITED_RETRIES",
     "Exchange",
     "ObserverFactory",
     "ProxiedRequest",
+    "RetryAdmission",
     "Tap",
     "UpstreamTarget",
     "pass_through",
@@ -51,6 +53,31 @@ class Tap(Protocol):
 
     @property
     def client(self) -> Sink: ...
+
+
+class RetryAdmission(Protocol):
+    """Whether a request may retry now: the process's retry budget, which the app keeps
+    (see :class:`~proxai.policy.retry.RetryBudget`)."""
+
+    def start_retry(self) -> bool:
+        """Take a place for one retry; ``False`` when over budget (nothing taken)."""
+        ...
+
+    def end_retry(self) -> None:
+        """Give back the place a retry took, once its attempt is decided."""
+        ...
+
+
+class _Unlimited:
+    def start_retry(self) -> bool:
+        return True
+
+    def end_retry(self) -> None:
+        pass
+
+
+#: No budget: every retry the plan names is made.
+UNLIMITED_RETRIES: RetryAdmission = _Unlimited()
 
 
 @attrs.frozen
@@ -96,6 +123,8 @@ class Exchange:
     #: ``[timeouts]``: ``total`` and ``client_write`` bound the whole exchange (each
     #: upstream's own deadlines come from its target).
     timeouts: TimeoutsConfig
+    #: Consulted before each attempt after the first (the app's retry budget).
+    retry_admission: RetryAdmission = UNLIMITED_RETRIES
     error_shape: ErrorShape = ErrorShape.OPENAI
     max_event_bytes: int = 16 * 1024 * 1024
     #: Whether ending a response without its final message makes the server break the

@@ -9,17 +9,24 @@ an :class:`~proxai.relay.messages.End`, all stamped on the upstream clock.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
+
+import attrs
 import trio
 
 from ..outcome import Outcome, OutcomeKind
 from ..upstream.client import UpstreamBroken, UpstreamResponse
+from ..wire.coding import CorruptCoding, Decoder, coding_names, content_codings, decodable
 from ..wire.headers import Headers
 from ..wire.sse import SSEFramer
 from .clock import UpstreamClock
 from .exchange import Tap
 from .messages import Body, End, Head, ToObserver
 
-__all__ = ["is_event_stream", "read_body", "translated_headers"]
+__all__ = ["Reading", "is_event_stream", "read_body", "reading_for", "translated_headers"]
+
+log = logging.getLogger("proxai")
 
 
 def is_event_stream(status: int, headers: Headers) -> bool:
@@ -30,6 +37,49 @@ def is_event_stream(status: int, headers: Headers) -> bool:
         if name.lower() == b"content-type":
             return value.split(b";", 1)[0].strip().lower() == b"text/event-stream"
     return False
+
+
+@attrs.frozen
+class Reading:
+    """How to read an upstream body, decided from its head alone."""
+
+    sse: bool  # framed and observed
+    headers: Headers  # the head the client gets
+    decode: bytes | None = None  # the content coding to undo first
+    #: Said of an event stream in a coding proxai cannot undo (relayed unobserved).
+    unreadable: str | None = None
+
+    @property
+    def anomaly(self) -> str | None:
+        if self.decode is not None:
+            coding = self.decode.decode("latin-1")
+            return (
+                f"upstream sent a {coding}-encoded event stream despite accept-encoding: "
+                "identity; decoded for the observer and the client"
+            )
+        return self.unreadable
+
+
+def reading_for(status: int, headers: Headers) -> Reading:
+    """An event stream is framed as it arrives, so it must arrive plain: one that an
+    upstream compressed anyway is decoded when zlib can (the client gets it plain,
+    whatever it accepts: a stream proxai may end with an event of its own must stay
+    at an event boundary, which compressed bytes have none of), and relayed as it
+    came, unobserved, otherwise. Other bodies pass as they came."""
+    if not is_event_stream(status, headers):
+        return Reading(False, headers)
+    codings = content_codings(headers)
+    if not codings:
+        return Reading(True, headers)
+    if decodable(codings):
+        plain = [(n, v) for n, v in headers if n.lower() != b"content-encoding"]
+        return Reading(True, plain, decode=codings[0])
+    return Reading(
+        False,
+        headers,
+        unreadable=f"upstream sent an event stream in content coding {coding_names(codings)}, "
+        "which proxai cannot decode; relayed unobserved",
+    )
 
 
 async def read_body(
@@ -45,9 +95,14 @@ async def read_body(
     send = clock.send_paused
     if tap is not None:
         tap.upstream_head(response.status, response.headers)
-    sse = is_event_stream(response.status, response.headers)
-    await send(channel, Head(response.status, response.headers, sse, clock.now()))
-    framer = SSEFramer() if sse else None
+    reading = reading_for(response.status, response.headers)
+    if reading.anomaly is not None:
+        outcome.anomalies.append(reading.anomaly)
+    if reading.unreadable is not None:
+        log.warning("request %s: %s", outcome.request_id, reading.unreadable)
+    await send(channel, Head(response.status, reading.headers, reading.sse, clock.now()))
+    framer = SSEFramer() if reading.sse else None
+    decoder = Decoder(reading.decode) if reading.decode is not None else None
     try:
         async for data in response.iter_body():
             at = clock.now()
@@ -57,22 +112,57 @@ async def read_body(
             if framer is None:
                 await send(channel, Body(data, (), at))
                 continue
-            frames = framer.feed(data)
-            joined = b"".join([f.raw for f in frames]) if frames else b""
-            # A read that completes no frame still tells the observer the
-            # upstream is alive.
-            await send(channel, Body(joined, frames, at))
-            if framer.pending > max_event_bytes:
-                # An event that never ends must not grow without bound.
-                detail = f"upstream sent an event over {max_event_bytes} bytes (max_event_bytes)"
-                fault = OutcomeKind.UPSTREAM_EVENT_TOO_LARGE
-                await send(channel, End(clock.now(), fault, detail=detail))
+            pieces = decoder.feed(data) if decoder is not None else (data,)
+            if not await _frame(pieces, framer, channel, clock, at, max_event_bytes):
+                return
+        if decoder is not None:
+            assert framer is not None  # only an event stream is decoded
+            rest = decoder.close()
+            if rest and not await _frame(
+                (rest,), framer, channel, clock, clock.now(), max_event_bytes
+            ):
                 return
     except UpstreamBroken as exc:
         tail = framer.close() if framer else b""
         await send(channel, End(clock.now(), OutcomeKind.UPSTREAM_RESET, tail, str(exc)))
         return
+    except CorruptCoding as exc:
+        # A body that cannot be decoded is as broken as a badly framed one.
+        assert framer is not None
+        detail = f"upstream sent an event stream that is not valid {exc}"
+        await send(channel, End(clock.now(), OutcomeKind.UPSTREAM_RESET, framer.close(), detail))
+        return
     await send(channel, End(clock.now(), tail=framer.close() if framer else b""))
+
+
+async def _frame(
+    pieces: Iterable[bytes],
+    framer: SSEFramer,
+    channel: trio.MemorySendChannel[ToObserver],
+    clock: UpstreamClock,
+    at: float,
+    max_event_bytes: int,
+) -> bool:
+    """Send the frames of one read's (decoded) pieces; False once the stream has ended
+    on an event over ``max_event_bytes``."""
+    send = clock.send_paused
+    sent = False
+    for data in pieces:
+        frames = framer.feed(data)
+        joined = b"".join([f.raw for f in frames]) if frames else b""
+        await send(channel, Body(joined, frames, at))
+        sent = True
+        if framer.pending > max_event_bytes:
+            # An event that never ends must not grow without bound.
+            detail = f"upstream sent an event over {max_event_bytes} bytes (max_event_bytes)"
+            fault = OutcomeKind.UPSTREAM_EVENT_TOO_LARGE
+            await send(channel, End(clock.now(), fault, detail=detail))
+            return False
+    if not sent:
+        # A read that completes no frame (or decodes to nothing yet) still tells the
+        # observer the upstream is alive.
+        await send(channel, Body(b"", (), at))
+    return True
 
 
 def translated_headers(headers: Headers, sse: bool) -> Headers:

@@ -176,8 +176,15 @@ class Relay:
 
     async def _watch_disconnect(self, request_scope: trio.CancelScope) -> None:
         await self._downstream.wait_disconnect()
-        if not self._writer.delivered and self.outcome.kind is not OutcomeKind.CLIENT_STALLED:
-            self.outcome.kind = OutcomeKind.CLIENT_DISCONNECTED
+        since = self._writer.writing_since
+        gone = ending.client_gone(
+            judged=self.outcome.kind,
+            blocked_s=None if since is None else trio.current_time() - since,
+            client_write=self._timeouts.client_write,
+        )
+        if not self._writer.delivered and gone is not None:
+            self.outcome.kind, detail = gone
+            self.outcome.detail = detail or self.outcome.detail
         request_scope.cancel()
 
     # -- reader ------------------------------------------------------------------------
@@ -230,7 +237,12 @@ class Relay:
         client: trio.MemorySendChannel[ToWriter],
     ) -> None:
         async with upstream, client:
-            head = await upstream.receive()
+            try:
+                head = await upstream.receive()
+            except trio.EndOfChannel:
+                # The reader ended without a word: it raised, and its own error (in the
+                # nursery's group) says why. Nothing to add to it.
+                return
             if isinstance(head, ProxyError):
                 self.outcome.kind = self.outcome.kind or head.kind or OutcomeKind.PROXY_ERROR
                 self.outcome.detail = head.message
@@ -386,7 +398,8 @@ class Relay:
         accepted nothing for ``client_write`` seconds, or ``total`` passes, meanwhile.
 
         The server may shield its socket writes, so a writer blocked on a client that
-        does not read cannot be cancelled; the upstream must not wait with it.
+        does not read cannot be cancelled; the upstream must not wait with it. (The
+        kernel closes such a connection: :func:`proxai.service.server.drop_stalled_clients`.)
         """
         try:
             client.send_nowait(data)

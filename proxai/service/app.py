@@ -1,6 +1,8 @@
 """The ASGI application: lifespan, what proxai answers itself, and each proxied request.
 
-It answers health, metrics and the live view itself; admits each other request
+It first checks the method, ``Host`` and ``Origin`` (:mod:`proxai.policy.browser`:
+web pages stay out unless allowed, ``OPTIONS`` is answered here); it answers
+health, metrics and the live view itself; admits each other request
 (:mod:`proxai.service.gate` and the checks below: nothing is read or sent
 upstream for a refused one), reads and checks its body against its API's
 projection (:mod:`proxai.protocols.table`), routes it, and hands an
@@ -11,6 +13,7 @@ message shapes are known here and in :mod:`proxai.service.asgi_io` only.
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections.abc import Callable
 from typing import Any
@@ -28,8 +31,9 @@ from ..ops.metrics import CONTENT_TYPE_LATEST, Metrics
 from ..ops.request_log import RequestLog
 from ..outcome import Outcome, OutcomeKind
 from ..policy.auth import ClientKeys
+from ..policy.browser import BrowserPolicy, BrowserRequest, Verdict, is_loopback
 from ..policy.normalize import normalize_body
-from ..policy.retry import RetryPlan
+from ..policy.retry import RetryBudget, RetryPlan
 from ..policy.routes import Route, Router
 from ..protocols.names import WireApi
 from ..protocols.table import (
@@ -48,6 +52,7 @@ from ..translate.requests import estimate_input_tokens
 from ..upstream.client import UpstreamClient
 from ..wire.headers import Headers
 from ..wire.json_body import load_json_object
+from ..wire.query import query_for_upstream
 from .asgi_io import AsgiDownstream, ASGIReceive, ASGISend, read_body, send_plain
 from .gate import Gate
 from .live_view import PREFIX, LiveView
@@ -58,6 +63,10 @@ __all__ = ["REQUEST_ID_HEADER", "OutcomeHook", "ProxaiApp", "UpstreamFactory"]
 COUNT_TOKENS = "/v1/messages/count_tokens"
 #: proxai's id of a request: returned to the client, sent upstream, in every record.
 REQUEST_ID_HEADER = b"x-proxai-request-id"
+
+#: What proxai answers whatever the Host or Origin: they hold nothing and spend nothing,
+#: and a probe must not fail for a header.
+HEALTH_PATHS = ("/healthz", "/readyz")
 
 OutcomeHook = Callable[[Outcome], None]
 #: Builds the client of one upstream: ``factory(upstream, timeouts, name=name)``.
@@ -135,13 +144,22 @@ class ProxaiApp:
         self.config = config
         self._router = Router(config)
         self._keys = ClientKeys.from_config(config.auth)
+        self._browser = BrowserPolicy(
+            allowed_origins=config.server.allowed_origins,
+            allowed_hosts=config.server.allowed_hosts,
+            bound_to_loopback=is_loopback(config.server.host),
+        )
         self._clients: dict[str, UpstreamClient] = {}
         self._upstream_factory = upstream_factory
         self._on_outcome = on_outcome
         self._relays: set[Relay] = set()
-        self._gate = Gate(config.server, lambda: self._relays)
+        #: The idle-connection sweep's scope: it ends before the pools close.
+        self._sweeping = trio.CancelScope()
+        self._gate = Gate(
+            config.server, lambda: self._relays, RetryBudget.from_config(config.retries)
+        )
         self._request_log = RequestLog(config.logging)
-        self._metrics = Metrics() if config.metrics.enabled else None
+        self._metrics = Metrics(self._router.exact_models) if config.metrics.enabled else None
         self._captures = Captures(config.capture) if config.capture.enabled else None
         self._live_view = LiveView(
             config.live_view,
@@ -168,6 +186,7 @@ class ProxaiApp:
 
     async def shutdown(self) -> None:
         """Close the upstream connection pools (lifespan shutdown)."""
+        self._sweeping.cancel()
         clients, self._clients = self._clients, {}
         for client in clients.values():
             await client.aclose()
@@ -197,6 +216,7 @@ class ProxaiApp:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._drain_when_asked)
+                nursery.start_soon(self._close_idle_connections)
                 await self._lifespan_messages(receive, send)
                 nursery.cancel_scope.cancel()
         finally:
@@ -204,6 +224,19 @@ class ProxaiApp:
             # their sockets must not wait for the garbage collector.
             with trio.CancelScope(shield=True):
                 await self.shutdown()
+
+    async def _close_idle_connections(self) -> None:
+        """Close idle upstream connections once they expire, with or without traffic,
+        as nginx's ``keepalive_timeout`` does: httpcore only looks at a pool's idle
+        connections when a request comes to it, so a burst would otherwise leave its
+        connections open for good."""
+        upstreams = self.config.all_upstreams()
+        interval = min((u.keepalive_expiry for _, u in upstreams), default=math.inf) / 2
+        with self._sweeping:
+            while True:
+                await trio.sleep(interval)
+                for client in list(self._clients.values()):
+                    await client.close_idle()
 
     async def _drain_when_asked(self) -> None:
         await self._gate.wait_for_drain_request()
@@ -229,23 +262,16 @@ class ProxaiApp:
     async def _http(self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
         method: str = scope["method"]
         path: str = scope["path"]
-        downstream = AsgiDownstream(send, receive)
-        if path in ("/healthz", "/readyz") and method in ("GET", "HEAD"):
-            await self._health(path, method, downstream)
-            return
-        if self._metrics is not None and path == self.config.metrics.path and method == "GET":
-            body = self._metrics.exposition()
-            await send_plain(downstream, 200, CONTENT_TYPE_LATEST.encode(), body)
-            return
-        if self.config.live_view.enabled and (path == PREFIX or path.startswith(PREFIX + "/")):
-            await self._live_view.handle(scope, downstream)
+        verdict = self._verdict(scope)
+        downstream = AsgiDownstream(send, receive, verdict.response_headers)
+        if verdict.refusal is None and await self._answer_locally(scope, verdict, downstream):
             return
         incoming = self._incoming(scope)
         outcome = Outcome(method, path, request_id=incoming.request_id)
         admitted = False
         capture: Capture | None = None
         try:
-            self._admit(incoming)
+            self._admit(incoming, verdict)
             self._gate.enter()
             admitted = True
             # Refused requests are not captured: a flood of them must not push out the rest.
@@ -277,6 +303,35 @@ class ProxaiApp:
                 with trio.move_on_after(5, shield=True):
                     await self._captures.save(capture, outcome)
 
+    def _verdict(self, scope: dict[str, Any]) -> Verdict:
+        """The method, Host and Origin checks (:mod:`proxai.policy.browser`)."""
+        server = scope.get("server")
+        request = BrowserRequest(
+            scope["method"], scope["headers"], str(server[0]) if server else None
+        )
+        return self._browser.check(request, exempt=scope["path"] in HEALTH_PATHS)
+
+    async def _answer_locally(
+        self, scope: dict[str, Any], verdict: Verdict, downstream: AsgiDownstream
+    ) -> bool:
+        """Answer what proxai serves itself (OPTIONS, health, metrics, the live view);
+        whether it did. Refusals, like proxied requests, leave a record: not these."""
+        method: str = scope["method"]
+        path: str = scope["path"]
+        if verdict.options_answer is not None:
+            await downstream.send_head(204, list(verdict.options_answer))
+            await downstream.send_body(b"", more=False)
+        elif path in HEALTH_PATHS and method in ("GET", "HEAD"):
+            await self._health(path, method, downstream)
+        elif self._metrics is not None and path == self.config.metrics.path and method == "GET":
+            body = self._metrics.exposition()
+            await send_plain(downstream, 200, CONTENT_TYPE_LATEST.encode(), body)
+        elif self.config.live_view.enabled and (path == PREFIX or path.startswith(PREFIX + "/")):
+            await self._live_view.handle(scope, downstream)
+        else:
+            return False
+        return True
+
     def _incoming(self, scope: dict[str, Any]) -> Incoming:
         method: str = scope["method"]
         path: str = scope["path"]
@@ -284,7 +339,8 @@ class ProxaiApp:
         # The client's own x-proxai-request-id is replaced: ids are proxai's.
         headers: Headers = [(n, v) for n, v in scope["headers"] if n != REQUEST_ID_HEADER]
         headers.append((REQUEST_ID_HEADER, request_id.encode()))
-        route_path = "/" + "/".join(part for part in path.split("/") if part)
+        # Before any "#", so that a target _check_target refuses is refused in its API's shape.
+        route_path = "/" + "/".join(part for part in path.partition("#")[0].split("/") if part)
         kind = upstream_kind_for(route_path, headers, self._router.has_protocol)
         api = api_for(method, route_path)
         return Incoming(
@@ -301,8 +357,11 @@ class ProxaiApp:
             http2=scope.get("http_version") == "2",
         )
 
-    def _admit(self, incoming: Incoming) -> None:
+    def _admit(self, incoming: Incoming, verdict: Verdict) -> None:
         """Refuse what proxai will not relay, before reading the body or going upstream."""
+        if verdict.refusal is not None:
+            raise verdict.refusal
+        _check_target(incoming.raw_path, incoming.query)
         _check_path(incoming.method, incoming.path, incoming.raw_path)
         limit = self.config.server.max_header_bytes
         # Hypercorn bounds a header block only while it is incomplete; this bounds it whole.
@@ -358,7 +417,7 @@ class ProxaiApp:
             incoming.method,
             incoming.path,
             incoming.raw_path,
-            incoming.query,
+            query_for_upstream(incoming.query),
             incoming.headers,
             first_byte_applies=prepared.streaming,
         )
@@ -367,6 +426,7 @@ class ProxaiApp:
             targets,
             RetryPlan(route.upstreams, self.config.retries),
             self.config.timeouts,
+            retry_admission=self._gate,
             error_shape=incoming.sdk.error_shape,
             max_event_bytes=server.max_event_bytes,
             can_abort=not incoming.http2,
@@ -500,6 +560,27 @@ class ProxaiApp:
             body = b'{"status":"starting"}'
         await send_plain(
             downstream, 200 if ok else 503, b"application/json", body, with_body=method == "GET"
+        )
+
+
+#: The bytes a request target may hold as proxai forwards it (RFC 3986's characters,
+#: percent-escapes included): visible ASCII.
+_TARGET_BYTES = frozenset(range(0x21, 0x7F))
+
+
+def _check_target(raw_path: bytes, query: bytes) -> None:
+    """Refuse a target no URL can carry upstream: a fragment (``#`` is never sent in a
+    request, RFC 9112 section 3.2) or bytes outside visible ASCII (HTTP/2 lets them through)."""
+    if b"#" in raw_path or b"#" in query:
+        raise ProxyError.invalid_request(
+            "invalid request target: '#' (a fragment) is not allowed in a request; "
+            "percent-encode it as %23 if it is data",
+            code="invalid_request_target",
+        )
+    if not _TARGET_BYTES.issuperset(raw_path) or not _TARGET_BYTES.issuperset(query):
+        raise ProxyError.invalid_request(
+            "invalid request target: only visible ASCII is allowed (percent-encode the rest)",
+            code="invalid_request_target",
         )
 
 

@@ -7,7 +7,7 @@ proxai's limits; :func:`send_plain` answers a whole small response.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import trio
@@ -25,11 +25,19 @@ ASGIReceive = Callable[[], Awaitable[dict[str, Any]]]
 class AsgiDownstream:
     """The client's side of one HTTP exchange, as ASGI gives it."""
 
-    def __init__(self, send: ASGISend, receive: ASGIReceive) -> None:
+    def __init__(
+        self,
+        send: ASGISend,
+        receive: ASGIReceive,
+        extra_headers: Sequence[tuple[bytes, bytes]] = (),
+    ) -> None:
         self._send = send
         self._receive = receive
+        #: Headers every response head of the exchange carries (CORS, for an allowed origin).
+        self._extra = list(extra_headers)
 
     async def send_head(self, status: int, headers: Headers) -> None:
+        headers = headers + self._extra if self._extra else headers
         await self._send({"type": "http.response.start", "status": status, "headers": headers})
 
     async def send_body(self, data: bytes, *, more: bool = True) -> None:

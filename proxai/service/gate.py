@@ -1,5 +1,7 @@
 """The gate: who gets in, how many are in, and the drain that waits for them to leave.
 
+It also keeps the retry budget, which is measured against the requests in flight.
+
 Admission refuses at once what proxai will not take now (shutting down, over
 ``server.max_concurrent_streams``): nothing queues. The drain stops admission,
 gives the requests in flight ``server.drain_timeout`` to finish, then ends the
@@ -19,6 +21,7 @@ import trio
 from ..config import ServerConfig
 from ..errors import ProxyError, shutdown_error
 from ..outcome import OutcomeKind
+from ..policy.retry import RetryBudget
 
 __all__ = ["STOP_GRACE", "Gate", "Stoppable", "shutdown_budget"]
 
@@ -39,12 +42,17 @@ class Stoppable(Protocol):
 
 
 class Gate:
-    """Admission, the in-flight count and the drain of one proxai process."""
+    """Admission, the in-flight count, the retry budget and the drain of one proxai
+    process. It is each exchange's :class:`~proxai.relay.exchange.RetryAdmission`."""
 
     def __init__(
-        self, server: ServerConfig, open_streams: Callable[[], Collection[Stoppable]]
+        self,
+        server: ServerConfig,
+        open_streams: Callable[[], Collection[Stoppable]],
+        retry_budget: RetryBudget,
     ) -> None:
         self._limit = server.max_concurrent_streams
+        self.retry_budget = retry_budget
         self._drain_timeout = server.drain_timeout
         #: Admitted requests from their admission to their end.
         self.in_flight = 0
@@ -75,6 +83,13 @@ class Gate:
         self.in_flight -= 1
         if self.draining and not self.in_flight:
             self._idle.set()
+
+    def start_retry(self) -> bool:
+        """Whether a request may retry now, against the requests in flight."""
+        return self.retry_budget.start(self.in_flight)
+
+    def end_retry(self) -> None:
+        self.retry_budget.end()
 
     def begin_drain(self) -> None:
         """Stop admitting requests; :meth:`wait_for_drain_request` returns."""

@@ -28,6 +28,7 @@ import trio
 from ..config import LiveViewConfig
 from ..errors import ProxyError
 from ..policy.auth import ClientKeys
+from ..policy.browser import ip_address
 from ..protocols.table import OPENAI_SDK
 from ..relay.relay import StreamSnapshot
 from ..relay.writer import send_error
@@ -46,14 +47,9 @@ class LiveViewAccess:
         self._networks = [ipaddress.ip_network(n, strict=False) for n in config.allow]
 
     def allows(self, client: str | None) -> bool:
-        if client is None:
+        address = ip_address(client) if client is not None else None
+        if address is None:
             return False
-        try:
-            address = ipaddress.ip_address(client)
-        except ValueError:
-            return False
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped
         return address.is_loopback or any(address in n for n in self._networks)
 
 

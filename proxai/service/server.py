@@ -10,7 +10,9 @@ graceful timeout is set just past that, as a backstop.
 from __future__ import annotations
 
 import logging
+import math
 import signal
+import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import ExitStack
@@ -25,7 +27,13 @@ from ..config import Config
 from .app import OutcomeHook, ProxaiApp
 from .gate import shutdown_budget
 
-__all__ = ["hypercorn_config", "ignore_late_signals", "serve"]
+__all__ = [
+    "bind_sockets",
+    "drop_stalled_clients",
+    "hypercorn_config",
+    "ignore_late_signals",
+    "serve",
+]
 
 log = logging.getLogger("proxai")
 
@@ -56,6 +64,52 @@ def hypercorn_config(config: Config) -> HypercornConfig:
     return hc
 
 
+#: The largest TCP_USER_TIMEOUT the kernel takes (an int, in milliseconds).
+_MAX_USER_TIMEOUT_MS = 2**31 - 1
+
+
+def drop_stalled_clients(sock: socket.socket, seconds: float) -> bool:
+    """Have the kernel close every connection accepted on ``sock`` whose client
+    acknowledges no byte sent to it for ``seconds``; whether it could.
+
+    Hypercorn shields its socket writes from cancellation, so a client that stops
+    reading (a zero receive window) would keep its request's slot and tasks for as
+    long as it stays connected. ``TCP_USER_TIMEOUT`` (Linux) bounds how long sent data
+    may stay unacknowledged, zero-window probes included; accepted sockets inherit it
+    from the listening one. The write then fails, hypercorn reports the disconnect and
+    the request ends. It changes nothing for idle keep-alive connections (nothing is
+    unacknowledged on them), nor for clients that read however slowly.
+    """
+    if not hasattr(socket, "TCP_USER_TIMEOUT") or sock.family not in (
+        socket.AF_INET,
+        socket.AF_INET6,
+    ):
+        return False
+    milliseconds = min(_MAX_USER_TIMEOUT_MS, max(1, math.ceil(seconds * 1000)))
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, milliseconds)
+    except OSError:
+        return False
+    return True
+
+
+def bind_sockets(config: Config, hc: HypercornConfig) -> Sockets:
+    """proxai's listening sockets, bound and listening, each set to drop a client that
+    accepts nothing for ``timeouts.client_write`` (:func:`drop_stalled_clients`)."""
+    sockets = hc.create_sockets()
+    for sock in sockets.secure_sockets + sockets.insecure_sockets:
+        if not drop_stalled_clients(sock, config.timeouts.client_write):
+            log.info(
+                "TCP_USER_TIMEOUT is not available here: a client that stops reading "
+                "keeps its connection and its slot until it leaves (the upstream is "
+                "still released after timeouts.client_write)"
+            )
+        # Listening from the start: connections made while proxai is still starting
+        # wait in the backlog instead of being refused.
+        sock.listen(hc.backlog)
+    return sockets
+
+
 def ignore_late_signals() -> None:
     """Once the server has stopped, a signal must not turn a clean exit into a kill."""
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -77,8 +131,10 @@ async def serve(
     second one ends it at once. ``task_status.started`` receives the bound URLs,
     e.g. ``["http://127.0.0.1:41234"]``, so ``await nursery.start(serve, config)``
     works with ``port = 0``. ``sockets`` are listening sockets shared by worker
-    processes (see :mod:`proxai.service.workers`).
+    processes (see :mod:`proxai.service.workers`); without them, :func:`bind_sockets`
+    makes them.
     """
+    hc = hypercorn_config(config)
     app = ProxaiApp(config, on_outcome=on_outcome)
     triggered = trio.Event()
 
@@ -101,6 +157,10 @@ async def serve(
         app.begin_drain()  # the app's lifespan task runs the drain
 
     with ExitStack() as stack:
+        if sockets is None:
+            sockets = bind_sockets(config, hc)
+            for sock in sockets.secure_sockets + sockets.insecure_sockets:
+                stack.callback(sock.close)  # hypercorn closes them too; this covers a failed start
         # Held until serve returns, so that a signal during the last steps of the
         # shutdown is taken here rather than killing the process.
         signals = (
@@ -115,7 +175,7 @@ async def serve(
                 nursery.start_soon(on_trigger)
             await worker_serve(
                 wrap_app(app, 0, "asgi"),  # type: ignore[arg-type]
-                hypercorn_config(config),
+                hc,
                 sockets=sockets,
                 shutdown_trigger=trigger,
                 task_status=task_status,

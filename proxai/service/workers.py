@@ -1,6 +1,6 @@
 """``proxai serve --workers N``: N processes serving one listening socket.
 
-The parent binds the socket with hypercorn (``Config.create_sockets``), starts
+The parent binds the socket (:func:`proxai.service.server.bind_sockets`), starts
 N worker processes (spawned, as hypercorn's own multi-process mode does) that
 each run :func:`proxai.service.server.serve` on it, and the kernel spreads connections
 among them. On SIGINT/SIGTERM the parent closes its end of each worker's pipe;
@@ -33,7 +33,7 @@ from ..config import Config
 from ..ops.metrics import MULTIPROCESS_ENV
 from ..ops.request_log import configure as configure_logging
 from .gate import shutdown_budget
-from .server import hypercorn_config, ignore_late_signals, serve
+from .server import bind_sockets, hypercorn_config, ignore_late_signals, serve
 
 __all__ = ["run_workers"]
 
@@ -69,12 +69,7 @@ def _url(scheme: str, sock: socket.socket) -> str:
 
 def run_workers(config: Config, log_level: str | None = None) -> int:
     """Serve with ``config.server.workers`` processes until SIGINT/SIGTERM; the exit code."""
-    hc = hypercorn_config(config)
-    sockets = hc.create_sockets()
-    for sock in sockets.secure_sockets + sockets.insecure_sockets:
-        # Listening from the start: connections made while the workers are still
-        # starting wait in the backlog instead of being refused.
-        sock.listen(hc.backlog)
+    sockets = bind_sockets(config, hypercorn_config(config))
     ctx = multiprocessing.get_context("spawn")
     processes: dict[BaseProcess, Connection] = {}  # each worker and our end of its pipe
     stopping = False

@@ -83,14 +83,15 @@ class MemoryProxy:
     ) -> None:
         """``upstreams`` adds ``[upstreams.NAME]`` tables; every upstream plays ``responder``.
 
-        Retries are off (``max_attempts = 1``) unless ``retries`` says otherwise, so a
-        fault shows as it is; tests of retries turn them on.
+        Retries are off (``max_attempts = 1``) unless ``retries`` is given, so a fault
+        shows as it is even on a route of several upstreams; tests of retries turn them
+        on (``retries={}``: proxai's defaults).
         """
         self.transport = ScriptTransport(responder)
         overrides: dict[str, Any] = {
             "upstream": {"base_url": "http://upstream.test/v1", "api_key": "sk-up"},
             "timeouts": {**MEMORY_TIMEOUTS, **timeouts},
-            "retries": retries or {"max_attempts": 1},
+            "retries": retries if retries is not None else {"max_attempts": 1},
         }
         if routes is not None:
             overrides["routes"] = routes

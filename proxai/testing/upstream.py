@@ -222,6 +222,7 @@ class ScriptedUpstream:
         self.connections_closed = 0
         self.port = 0
         self._request_arrived = trio.Condition()
+        self._connection_closed = trio.Condition()
 
     @property
     def base_url(self) -> str:
@@ -245,6 +246,17 @@ class ScriptedUpstream:
             while len(self.requests) < count:
                 await self._request_arrived.wait()
         return self.requests[:count]
+
+    @property
+    def open_connections(self) -> int:
+        """Connections from clients that neither side has closed yet."""
+        return self.connections_opened - self.connections_closed
+
+    async def wait_open_connections(self, at_most: int) -> None:
+        """Wait until at most ``at_most`` connections are open (clients closed the rest)."""
+        async with self._connection_closed:
+            while self.open_connections > at_most:
+                await self._connection_closed.wait()
 
     async def _handle(self, stream: trio.abc.Stream) -> None:
         self.connections_opened += 1
@@ -272,6 +284,8 @@ class ScriptedUpstream:
                 last._mark_closed()
             with trio.CancelScope(shield=True):
                 await stream.aclose()
+                async with self._connection_closed:
+                    self._connection_closed.notify_all()
 
     async def _read_request(
         self, stream: trio.abc.Stream, conn: h11.Connection

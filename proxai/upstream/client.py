@@ -9,12 +9,14 @@ means (silence of the upstream), not the gap between two socket reads.
 
 from __future__ import annotations
 
-import functools
+import math
 import ssl
-from collections.abc import AsyncIterator, Iterable
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 
 import attrs
+import httpcore
 import httpx
 
 from ..config import TimeoutsConfig, UpstreamConfig
@@ -23,13 +25,27 @@ from ..outcome import OutcomeKind
 from ..protocols.table import UPSTREAM_PROTOCOLS
 from ..wire.headers import Headers, request_headers_for_upstream
 
-__all__ = ["UpstreamBroken", "UpstreamClient", "UpstreamResponse"]
+__all__ = [
+    "ConnectionState",
+    "PoolStatistics",
+    "UpstreamBroken",
+    "UpstreamClient",
+    "UpstreamResponse",
+    "UrlCache",
+    "connections_to_close",
+]
 
 
 #: Connection pools per upstream, and requests in flight each takes before the next
 #: one is used (see UpstreamClient.__init__).
 POOL_SHARDS = 8
 SHARD_REQUESTS = 4
+
+#: Upstream URLs kept ready (see UpstreamClient.url_for), and the longest path and
+#: query kept: a longer one (a long query string) is built each time, so the cache
+#: holds at most URL_CACHE_ENTRIES * URL_CACHE_TARGET_BYTES bytes of targets.
+URL_CACHE_ENTRIES = 1024
+URL_CACHE_TARGET_BYTES = 1024
 
 
 class UpstreamBroken(Exception):
@@ -51,6 +67,69 @@ class UpstreamResponse:
                 yield chunk
         except (httpx.ReadError, httpx.RemoteProtocolError) as exc:
             raise UpstreamBroken(str(exc) or type(exc).__name__) from exc
+
+
+class UrlCache:
+    """Upstream URLs by path and query, least recently used first out; only short
+    targets are kept, so its size is bounded in entries and in bytes."""
+
+    def __init__(self, build: Callable[[bytes, bytes], httpx.URL]) -> None:
+        self._build = build
+        self._urls: OrderedDict[tuple[bytes, bytes], httpx.URL] = OrderedDict()
+        self.target_bytes = 0  # the paths and queries held
+
+    def __len__(self) -> int:
+        return len(self._urls)
+
+    def get(self, raw_path: bytes, query: bytes) -> httpx.URL:
+        if len(raw_path) + len(query) > URL_CACHE_TARGET_BYTES:
+            return self._build(raw_path, query)
+        key = (raw_path, query)
+        url = self._urls.get(key)
+        if url is not None:
+            self._urls.move_to_end(key)
+            return url
+        url = self._urls[key] = self._build(raw_path, query)
+        self.target_bytes += len(raw_path) + len(query)
+        if len(self._urls) > URL_CACHE_ENTRIES:
+            (old_path, old_query), _ = self._urls.popitem(last=False)
+            self.target_bytes -= len(old_path) + len(old_query)
+        return url
+
+
+@attrs.frozen
+class ConnectionState:
+    """What the idle-connection sweep needs to know of one pooled connection."""
+
+    idle: bool  # open, and serving no request
+    expired: bool  # idle past its keep-alive expiry, or closed by the upstream
+
+
+def connections_to_close(
+    pools: Sequence[Sequence[ConnectionState]], max_idle: int
+) -> list[tuple[int, int]]:
+    """The (pool, index) of every idle connection to close now: the expired ones, and
+    those past the first ``max_idle`` idle ones, counted in pool order (the light load
+    goes to the first pool, and httpcore reuses the first idle connection of a pool)."""
+    closing: list[tuple[int, int]] = []
+    kept = 0
+    for p, pool in enumerate(pools):
+        for i, state in enumerate(pool):
+            if not state.idle:
+                continue
+            if state.expired or kept >= max_idle:
+                closing.append((p, i))
+            else:
+                kept += 1
+    return closing
+
+
+@attrs.frozen
+class PoolStatistics:
+    """The connections of one upstream's pools, open or idle."""
+
+    open: int
+    idle: int
 
 
 def _own_headers(upstream: UpstreamConfig) -> list[tuple[bytes, bytes]]:
@@ -99,7 +178,7 @@ class UpstreamClient:
         self.timeouts = timeouts  # [timeouts] with this upstream's overrides
         self._base = httpx.URL(upstream.url)
         self._own_headers = _own_headers(upstream)
-        self._url_cache = functools.lru_cache(maxsize=1024)(self._build_url)
+        self._urls = UrlCache(self._build_url)
         # Requests go straight to httpx's transport (its public low-level API): the
         # client layer's per-request work (redirects, auth, cookies, event hooks,
         # timeout merging) is work a proxy does not want, and about half of the
@@ -111,6 +190,11 @@ class UpstreamClient:
         # in flight (the least busy when all are full): a light load keeps reusing the
         # first pool's warm connections, a heavy one spreads so that each request
         # scans only its own pool's few.
+        #
+        # httpcore closes an expired or surplus idle connection only when a request
+        # comes to its pool: close_idle(), which the app runs every half keepalive_expiry
+        # (an idle connection closes 1 to 1.5 times keepalive_expiry after its last
+        # response), closes them without one, and bounds the idle ones across the pools.
         verify = _verify(upstream)
         self._transports: list[httpx.AsyncBaseTransport] = (
             [transport]
@@ -120,7 +204,10 @@ class UpstreamClient:
                     verify=verify,
                     limits=httpx.Limits(
                         max_connections=None,
-                        max_keepalive_connections=256 // POOL_SHARDS,
+                        max_keepalive_connections=math.ceil(
+                            upstream.max_idle_connections / POOL_SHARDS
+                        ),
+                        keepalive_expiry=upstream.keepalive_expiry,
                     ),
                     trust_env=False,
                 )
@@ -134,11 +221,41 @@ class UpstreamClient:
         for transport in self._transports:
             await transport.aclose()
 
+    def _pools(self) -> list[httpcore.AsyncConnectionPool]:
+        # httpx keeps its httpcore pool in a private attribute; a transport without one
+        # (a test's in-memory transport) has no connections to sweep.
+        pools = [getattr(t, "_pool", None) for t in self._transports]
+        return [p for p in pools if isinstance(p, httpcore.AsyncConnectionPool)]
+
+    def pool_statistics(self) -> PoolStatistics:
+        connections = [c for p in self._pools() for c in p.connections if not c.is_closed()]
+        return PoolStatistics(len(connections), sum(1 for c in connections if c.is_idle()))
+
+    async def close_idle(self) -> int:
+        """Close the expired idle connections and those over ``max_idle_connections``;
+        how many were closed."""
+        pools = [p.connections for p in self._pools()]
+        states = [[ConnectionState(c.is_idle(), c.has_expired()) for c in p] for p in pools]
+        closed = 0
+        for p, i in connections_to_close(states, self.config.max_idle_connections):
+            connection = pools[p][i]
+            # A request may have taken it while an earlier one was closing. Checked
+            # with no await in between: aclose() marks it closed before it awaits, so
+            # no request can take it after this check.
+            if connection.is_idle():
+                await connection.aclose()
+                closed += 1
+        return closed
+
     def url_for(self, raw_path: bytes, query: bytes) -> httpx.URL:
         """The upstream URL of a path and query (see :meth:`_build_url`), cached: a
         proxy sees the same few paths again and again, and httpx's URL parsing is a
         noticeable part of a request's CPU."""
-        return self._url_cache(raw_path, query)
+        return self._urls.get(raw_path, query)
+
+    @property
+    def url_cache(self) -> UrlCache:
+        return self._urls
 
     def _build_url(self, raw_path: bytes, query: bytes) -> httpx.URL:
         """``/v1/responses`` on proxai maps to ``{base_url}/responses`` upstream.

@@ -5,7 +5,7 @@ belong to one connection and never cross. Upstream credentials are proxai's:
 the client's ``Authorization`` and ``x-api-key`` are replaced by the configured
 key, in the header the upstream's protocol expects. The upstream
 is asked for an identity encoding, because proxai frames SSE on the bytes as
-they arrive and must not see them compressed.
+they arrive (an upstream that compresses anyway is decoded: :mod:`proxai.wire.coding`).
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ _NOT_FORWARDED_UP = HOP_BY_HOP | {
 
 # Response headers the ASGI server writes itself (date) or that describe the upstream host.
 _NOT_FORWARDED_DOWN = HOP_BY_HOP | {b"content-length", b"alt-svc", b"date"}
+# CORS answers are proxai's (server.allowed_origins), never the upstream's: an upstream's
+# "Access-Control-Allow-Origin: *" must not open proxai to every web page.
+_CORS_PREFIX = b"access-control-"
 
 
 def _connection_tokens(headers: Iterable[tuple[bytes, bytes]]) -> set[bytes]:
@@ -72,7 +75,7 @@ def request_headers_for_upstream(
 def response_headers_for_client(
     upstream_headers: Iterable[tuple[bytes, bytes]], *, keep_content_length: bool
 ) -> Headers:
-    """The upstream's response headers minus hop-by-hop ones.
+    """The upstream's response headers minus hop-by-hop and CORS ones.
 
     ``content-length`` is kept only for a body relayed unchanged in full (the
     server then frames it the same way); a stream proxai may end early goes out
@@ -82,4 +85,8 @@ def response_headers_for_client(
     drop = set(_NOT_FORWARDED_DOWN | _connection_tokens(upstream_headers))
     if keep_content_length:
         drop.discard(b"content-length")
-    return [(n.lower(), v) for n, v in upstream_headers if n.lower() not in drop]
+    return [
+        (n.lower(), v)
+        for n, v in upstream_headers
+        if n.lower() not in drop and not n.lower().startswith(_CORS_PREFIX)
+    ]

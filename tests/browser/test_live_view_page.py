@@ -59,7 +59,7 @@ async def test_the_page_shows_the_open_stream_and_its_deadline(
     }
     async with (
         proxai_for(upstream, **tables) as px,
-        httpx.AsyncClient() as client,
+        httpx.AsyncClient(timeout=60) as client,
         trio.open_nursery() as nursery,
     ):
         nursery.start_soon(
