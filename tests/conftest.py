@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import pytest
 import trio
+from hypothesis import settings
+
+# `make test` is deterministic: property tests draw the same examples every run (explore
+# with HYPOTHESIS_PROFILE=explore, which draws new ones).
+settings.register_profile("deterministic", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 from proxai.testing import Script, ScriptedUpstream, open_proxai
 from proxai.testing.server import RunningProxai

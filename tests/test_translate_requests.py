@@ -1738,16 +1738,18 @@ def responses_histories(draw: st.DrawFn) -> tuple[list[JSON], list[str]]:
     for turn in range(draw(st.integers(0, 4))):
         thought = draw(_texts)
         ours = draw(st.booleans())
-        if draw(st.booleans()):
+        thought_of = draw(st.booleans())
+        if thought_of:
             blob = wrap_reasoning(thought) if ours else "gAAAA-opaque"
             items.append({"type": "reasoning", "summary": [], "encrypted_content": blob})
         else:
             ours = False
-        said = draw(st.booleans())
+        calls = [f"call_{turn}_{i}" for i in range(draw(st.integers(0, 3)))]
+        # A model turn never ends on its reasoning: a message or a call follows it.
+        said = draw(st.booleans()) or (thought_of and not calls)
         if said:
             text = [{"type": "output_text", "text": draw(_texts)}]
             items.append({"role": "assistant", "content": text})
-        calls = [f"call_{turn}_{i}" for i in range(draw(st.integers(0, 3)))]
         for call_id in calls:
             if draw(st.booleans()):
                 patch = draw(_texts)
@@ -1774,9 +1776,8 @@ def responses_histories(draw: st.DrawFn) -> tuple[list[JSON], list[str]]:
             )
         if ours and (said or calls):
             restored.append(thought)
-        # A turn that only thought ends with the user speaking: without it the next
-        # turn's message would be this turn's, and take its reasoning.
-        if draw(st.booleans()) or not (said or calls):
+        # A turn that calls no tool hands the floor back: the user speaks next.
+        if draw(st.booleans()) or not calls:
             items.append({"role": "user", "content": draw(_texts)})
     return items, restored
 
