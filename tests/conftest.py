@@ -11,15 +11,15 @@ import pytest
 import trio
 from hypothesis import settings
 
+from proxai.testing import Script, ScriptedUpstream, open_proxai
+from proxai.testing.server import RunningProxai
+from proxai.testing.upstream import Responder
+
 # `make test` is deterministic: property tests draw the same examples every run (explore
 # with HYPOTHESIS_PROFILE=explore, which draws new ones).
 settings.register_profile("deterministic", derandomize=True, database=None)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
-
-from proxai.testing import Script, ScriptedUpstream, open_proxai
-from proxai.testing.server import RunningProxai
-from proxai.testing.upstream import Responder
 
 StartUpstream = Callable[
     [Responder | Sequence[Script]], AbstractAsyncContextManager[ScriptedUpstream]
