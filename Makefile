@@ -28,11 +28,16 @@ test-browser: $(STAMP)
 	$(BIN)/python -m pytest tests/browser -p no:cacheprovider --override-ini addopts=-ra
 	@echo "screenshot: tests/artifacts/live-view.png"
 
-## test-clients: the real Vercel AI SDK (npm: ai, @ai-sdk/openai) against proxai; needs node + npm
+## test-clients: real clients against proxai: the Vercel AI SDK (npm: ai, @ai-sdk/openai), Codex
+## (@openai/codex) and Claude Code (@anthropic-ai/claude-code); needs node + npm, ~700 MB of packages
 test-clients: $(STAMP)
 	cd tests/clients && if [ -f package-lock.json ]; then npm ci --no-audit --no-fund; \
 		else npm install --no-audit --no-fund; fi
-	$(BIN)/python tests/clients/run_clients.py
+	@vercel=PASS; agents=PASS; \
+	$(BIN)/python tests/clients/run_clients.py || vercel=FAIL; \
+	$(BIN)/python tests/clients/run_agents.py || agents=FAIL; \
+	echo "test-clients: Vercel AI SDK $$vercel; Codex + Claude Code $$agents"; \
+	[ $$vercel = PASS ] && [ $$agents = PASS ]
 
 ## bench: issue 7's benchmarks vs a direct connection, nginx and the stack's floor, then docs/bench.md and
 ## docs/bench.png (installs nginx and wrk from Debian, matplotlib from the bench extra)
