@@ -609,3 +609,19 @@ async def test_an_upstream_keep_alive_becomes_an_anthropic_ping(
     body, _, _ = await run(start_upstream, proxai_for, [sse(stream)], raw)
     assert b"event: ping\n" in body
     assert b"keep-alive" not in body
+
+
+async def test_the_base_url_answers_a_probe_without_going_upstream(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    import httpx
+
+    def probe(url: str) -> tuple[int, int, bytes]:
+        head = httpx.head(url + "/", timeout=5)
+        get = httpx.get(url + "/", timeout=5)
+        return head.status_code, get.status_code, get.content
+
+    (head, get, body), upstream, _ = await run(start_upstream, proxai_for, [], probe, count=0)
+    assert (head, get) == (200, 200)
+    assert json.loads(body)["service"] == "proxai"
+    assert upstream.requests == []

@@ -314,7 +314,7 @@ class ProxaiApp:
     async def _answer_locally(
         self, scope: dict[str, Any], verdict: Verdict, downstream: AsgiDownstream
     ) -> bool:
-        """Answer what proxai serves itself (OPTIONS, health, metrics, the live view);
+        """Answer what proxai serves itself (OPTIONS, health, ``/``, metrics, the live view);
         whether it did. Refusals, like proxied requests, leave a record: not these."""
         method: str = scope["method"]
         path: str = scope["path"]
@@ -323,6 +323,10 @@ class ProxaiApp:
             await downstream.send_body(b"", more=False)
         elif path in HEALTH_PATHS and method in ("GET", "HEAD"):
             await self._health(path, method, downstream)
+        elif path == "/" and method in ("GET", "HEAD"):
+            # Clients probe the base URL before they start (Claude Code sends HEAD /).
+            body = b'{"service":"proxai","api":"/v1"}'
+            await send_plain(downstream, 200, b"application/json", body, with_body=method == "GET")
         elif self._metrics is not None and path == self.config.metrics.path and method == "GET":
             body = self._metrics.exposition()
             await send_plain(downstream, 200, CONTENT_TYPE_LATEST.encode(), body)
