@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 import orjson
@@ -18,6 +19,7 @@ __all__ = [
     "as_list",
     "drop",
     "dumps",
+    "each_object",
     "object_schema",
     "refuse",
     "shorten_tool_name",
@@ -59,6 +61,14 @@ def as_dict(value: JSON, param: str) -> dict[str, JSON]:
     if not isinstance(value, dict):
         refuse(f"invalid request: {param}: expected an object", param)
     return value
+
+
+def each_object(value: JSON, param: str) -> Iterator[tuple[str, dict[str, JSON]]]:
+    """Each element of an array (none for null) as an object, with its path (``param[i]``);
+    400 naming the first that is not one."""
+    for index, element in enumerate(as_list(value, param)):
+        path = f"{param}[{index}]"
+        yield path, as_dict(element, path)
 
 
 def text_of(value: JSON, param: str) -> str:

@@ -27,6 +27,7 @@ from ._common import (
     as_list,
     drop,
     dumps,
+    each_object,
     object_schema,
     refuse,
     shorten_tool_name,
@@ -83,8 +84,8 @@ def messages_to_chat(
     system = _system_text(body.get("system"), "system")
     if system:
         history.system(system)
-    for index, message in enumerate(as_list(body.get("messages"), "messages")):
-        history.add(as_dict(message, f"messages[{index}]"), f"messages[{index}]")
+    for path, message in each_object(body.get("messages"), "messages"):
+        history.add(message, path)
     out["messages"] = history.messages
     if tools:
         out["tools"] = tools
@@ -149,9 +150,7 @@ class _History:
             return
         parts: list[dict[str, JSON]] = []
         tool_images: list[dict[str, JSON]] = []
-        for index, block in enumerate(as_list(content, path)):
-            here = f"{path}[{index}]"
-            block = as_dict(block, here)
+        for here, block in each_object(content, path):
             if block.get("type") == "tool_result":
                 self.messages.append(self._tool_result(block, here, tool_images))
             else:
@@ -174,9 +173,8 @@ class _History:
         else:
             texts = []
             found = 0
-            for index, inner in enumerate(as_list(content, f"{path}.content")):
-                here = f"{path}.content[{index}]"
-                for part in _user_parts(as_dict(inner, here), here, self.ctx):
+            for here, inner in each_object(content, f"{path}.content"):
+                for part in _user_parts(inner, here, self.ctx):
                     if part["type"] == "text":
                         texts.append(part["text"])
                     else:
@@ -197,9 +195,7 @@ class _History:
         texts: list[str] = []
         reasoning: list[str] = []
         calls: list[dict[str, JSON]] = []
-        for index, block in enumerate(as_list(content, path)):
-            here = f"{path}[{index}]"
-            block = as_dict(block, here)
+        for here, block in each_object(content, path):
             kind = block.get("type")
             if kind == "text":
                 texts.append(text_of(block.get("text"), f"{here}.text"))
@@ -235,10 +231,9 @@ def _system_text(system: JSON, path: str) -> str:
     """A system prompt, string or text blocks, as one string (blocks' cache_control dropped)."""
     if system is None or isinstance(system, str):
         return text_of(system, path)
-    texts = []
-    for index, block in enumerate(as_list(system, path)):
-        block = as_dict(block, f"{path}[{index}]")
-        texts.append(text_of(block.get("text"), f"{path}[{index}].text"))
+    texts = [
+        text_of(block.get("text"), f"{here}.text") for here, block in each_object(system, path)
+    ]
     return SECTIONS_JOINER.join(text for text in texts if text)
 
 
@@ -295,9 +290,7 @@ _TOOL_FIELDS = frozenset({"type", "name", "description", "input_schema", "cache_
 
 def _tools(tools: JSON, options: TranslationOptions, ctx: TranslationContext) -> list[JSON]:
     out: list[JSON] = []
-    for index, tool in enumerate(as_list(tools, "tools")):
-        path = f"tools[{index}]"
-        tool = as_dict(tool, path)
+    for path, tool in each_object(tools, "tools"):
         kind = tool.get("type")
         if kind not in (None, "custom"):  # a server tool: web_search_20250305, bash_...
             if options.strict:

@@ -26,6 +26,7 @@ from ._common import (
     as_list,
     drop,
     dumps,
+    each_object,
     object_schema,
     refuse,
     text_of,
@@ -150,8 +151,8 @@ def responses_to_chat(
     if isinstance(items, str):
         history.user(items)
     else:
-        for index, item in enumerate(as_list(items, "input")):
-            history.add(as_dict(item, f"input[{index}]"), f"input[{index}]")
+        for path, item in each_object(items, "input"):
+            history.add(item, path)
     out["messages"] = history.finish()
 
     tools = _tools(body.get("tools"), options, ctx)
@@ -279,12 +280,11 @@ class _History:
         if isinstance(content, str):
             texts.append(content)
         else:
-            for index, part in enumerate(as_list(content, path)):
-                part = as_dict(part, f"{path}[{index}]")
+            for here, part in each_object(content, path):
                 if part.get("type") == "refusal":
-                    refusals.append(text_of(part.get("refusal"), f"{path}[{index}].refusal"))
+                    refusals.append(text_of(part.get("refusal"), f"{here}.refusal"))
                 else:
-                    texts.append(text_of(part.get("text"), f"{path}[{index}].text"))
+                    texts.append(text_of(part.get("text"), f"{here}.text"))
         if self._assistant is not None and self._assistant.get("tool_calls"):
             self._close()  # text after calls: a new message, as Chat cannot order them
         message = self._open_assistant()
@@ -341,11 +341,10 @@ def _plain_text(content: JSON, path: str) -> str:
     if isinstance(content, str):
         return content
     texts = []
-    for index, part in enumerate(as_list(content, path)):
-        part = as_dict(part, f"{path}[{index}]")
+    for here, part in each_object(content, path):
         if part.get("type") not in ("input_text", "output_text", "text"):
-            refuse(f"{path}[{index}]: a system message can only hold text", f"{path}[{index}]")
-        texts.append(text_of(part.get("text"), f"{path}[{index}].text"))
+            refuse(f"{here}: a system message can only hold text", here)
+        texts.append(text_of(part.get("text"), f"{here}.text"))
     return PARTS_JOINER.join(texts)
 
 
@@ -361,11 +360,7 @@ def _user_content(content: JSON, path: str) -> str | list[dict[str, JSON]]:
 
 
 def _user_parts(content: JSON, path: str) -> list[dict[str, JSON]]:
-    parts: list[dict[str, JSON]] = []
-    for index, part in enumerate(as_list(content, path)):
-        here = f"{path}[{index}]"
-        parts.append(_user_part(as_dict(part, here), here))
-    return parts
+    return [_user_part(part, here) for here, part in each_object(content, path)]
 
 
 def _user_part(part: dict[str, JSON], path: str) -> dict[str, JSON]:
@@ -394,9 +389,7 @@ def _user_part(part: dict[str, JSON], path: str) -> dict[str, JSON]:
 def _tools(tools: JSON, options: TranslationOptions, ctx: TranslationContext) -> list[JSON]:
     out: list[JSON] = []
     custom: set[str] = set()
-    for index, tool in enumerate(as_list(tools, "tools")):
-        path = f"tools[{index}]"
-        tool = as_dict(tool, path)
+    for path, tool in each_object(tools, "tools"):
         kind = tool.get("type")
         if kind == "function":
             out.append(_function_tool(tool, path, ctx))
