@@ -18,6 +18,7 @@ __all__ = [
     "as_dict",
     "as_list",
     "drop",
+    "drop_unhandled",
     "dumps",
     "each_object",
     "object_schema",
@@ -45,6 +46,20 @@ def drop(ctx: TranslationContext, path: str) -> None:
     """Note that ``path`` of the request was not forwarded (once per path)."""
     if path not in ctx.dropped:
         ctx.dropped.append(path)
+
+
+def drop_unhandled(
+    ctx: TranslationContext,
+    body: dict[str, JSON],
+    handled: frozenset[str],
+    *,
+    false_is_unset: bool = False,
+) -> None:
+    """Note every field of ``body`` set but not in ``handled`` (the fields a translator reads);
+    null is unset, and so is ``false`` where ``false_is_unset`` (Chat's off switches)."""
+    for key, value in body.items():
+        if key not in handled and value is not None and not (false_is_unset and value is False):
+            drop(ctx, key)
 
 
 def as_list(value: JSON, param: str) -> list[JSON]:

@@ -38,6 +38,7 @@ from ._common import (
     as_dict,
     as_list,
     drop,
+    drop_unhandled,
     each_object,
     object_schema,
     refuse,
@@ -124,9 +125,7 @@ def chat_to_messages(
         # Only a Chat client reads it (a composed pair's first half asks for usage too).
         if isinstance(stream_options, dict) and ctx.client is WireApi.CHAT:
             ctx.include_usage = bool(stream_options.get("include_usage"))
-    for key, value in body.items():
-        if key not in _HANDLED and value is not None and value is not False:
-            drop(ctx, key)
+    drop_unhandled(ctx, body, _HANDLED, false_is_unset=True)
     return out
 
 

@@ -18,7 +18,16 @@ from typing import Any
 from ...protocols.names import WireApi
 from ..ir import TranslationContext
 from ..options import TranslationOptions
-from ._common import SECTIONS_JOINER, as_dict, as_list, drop, each_object, refuse, text_of
+from ._common import (
+    SECTIONS_JOINER,
+    as_dict,
+    as_list,
+    drop,
+    drop_unhandled,
+    each_object,
+    refuse,
+    text_of,
+)
 from ._from_chat import assistant_text, refuse_role, refuse_untranslatable, text_content
 
 __all__ = ["MIN_OUTPUT_TOKENS", "chat_to_responses"]
@@ -104,9 +113,7 @@ def chat_to_responses(
                 out["stream_options"] = {
                     "include_obfuscation": stream_options["include_obfuscation"]
                 }
-    for key, value in body.items():
-        if key not in _HANDLED and value is not None and value is not False:
-            drop(ctx, key)
+    drop_unhandled(ctx, body, _HANDLED, false_is_unset=True)
     return out
 
 

@@ -26,6 +26,7 @@ from ._common import (
     as_dict,
     as_list,
     drop,
+    drop_unhandled,
     dumps,
     each_object,
     object_schema,
@@ -33,6 +34,7 @@ from ._common import (
     shorten_tool_name,
     text_of,
 )
+from ._to_chat import add_system
 
 __all__ = ["effort_of_budget", "messages_to_chat"]
 
@@ -81,9 +83,7 @@ def messages_to_chat(
         out["model"] = body["model"]
     tools = _tools(body.get("tools"), options, ctx)
     history = _History(ctx)
-    system = _system_text(body.get("system"), "system")
-    if system:
-        history.system(system)
+    add_system(history.messages, _system_text(body.get("system"), "system"))
     for path, message in each_object(body.get("messages"), "messages"):
         history.add(message, path)
     out["messages"] = history.messages
@@ -104,9 +104,7 @@ def messages_to_chat(
     if body.get("stream"):
         out["stream"] = True
         out["stream_options"] = {"include_usage": True}
-    for key, value in body.items():
-        if key not in _HANDLED and value is not None:
-            drop(ctx, key)
+    drop_unhandled(ctx, body, _HANDLED)
     return out
 
 
@@ -123,20 +121,11 @@ class _History:
         self.ctx = ctx
         self.messages: list[dict[str, JSON]] = []
 
-    def system(self, text: str) -> None:
-        if not text:
-            return
-        if self.messages and all(m["role"] == "system" for m in self.messages):
-            lead = self.messages[-1]
-            lead["content"] = f"{lead['content']}{SECTIONS_JOINER}{text}"
-        else:
-            self.messages.append({"role": "system", "content": text})
-
     def add(self, message: dict[str, JSON], path: str) -> None:
         role = message.get("role")
         content = message.get("content")
         if role == "system":
-            self.system(_system_text(content, f"{path}.content"))
+            add_system(self.messages, _system_text(content, f"{path}.content"))
         elif role == "user":
             self._user(content, f"{path}.content")
         elif role == "assistant":

@@ -25,12 +25,14 @@ from ._common import (
     as_dict,
     as_list,
     drop,
+    drop_unhandled,
     dumps,
     each_object,
     object_schema,
     refuse,
     text_of,
 )
+from ._to_chat import add_system
 
 __all__ = ["REASONING_INCLUDE", "responses_echo", "responses_to_chat"]
 
@@ -173,9 +175,7 @@ def responses_to_chat(
     if body.get("stream"):
         out["stream"] = True
         out["stream_options"] = {"include_usage": True}
-    for key, value in body.items():
-        if key not in _HANDLED and value is not None:
-            drop(ctx, key)
+    drop_unhandled(ctx, body, _HANDLED)
     return out
 
 
@@ -201,11 +201,7 @@ class _History:
         if not text:
             return
         self._close()
-        if self.messages and all(m["role"] == "system" for m in self.messages):
-            lead = self.messages[-1]
-            lead["content"] = f"{lead['content']}{SECTIONS_JOINER}{text}"
-        else:
-            self.messages.append({"role": "system", "content": text})
+        add_system(self.messages, text)
 
     def user(self, content: str | list[dict[str, JSON]]) -> None:
         self._close()
