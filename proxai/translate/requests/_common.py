@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 import orjson
 
 from ...errors import ProxyError
-from ..ir import TranslationContext
+from ..ir import CUSTOM_TOOL_PARAMETER, TranslationContext
 
 __all__ = [
     "MAX_TOOL_NAME",
@@ -17,6 +17,8 @@ __all__ = [
     "SECTIONS_JOINER",
     "as_dict",
     "as_list",
+    "custom_tool_description",
+    "custom_tool_schema",
     "drop",
     "drop_unhandled",
     "dumps",
@@ -106,6 +108,22 @@ def object_schema(schema: JSON) -> dict[str, JSON]:
     if not isinstance(schema, dict):
         return {"type": "object", "properties": {}}
     return {**schema, "type": "object"}
+
+
+def custom_tool_schema() -> dict[str, JSON]:
+    """The parameters of a free-form (custom) tool sent as a function: one string."""
+    return {
+        "type": "object",
+        "properties": {CUSTOM_TOOL_PARAMETER: {"type": "string"}},
+        "required": [CUSTOM_TOOL_PARAMETER],
+    }
+
+
+def custom_tool_description(description: str, syntax: JSON, rules: str) -> str:
+    """A free-form tool's description with its grammar told: the model cannot be constrained
+    to it any more once the tool is a function, so it is at least told."""
+    note = f"The `{CUSTOM_TOOL_PARAMETER}` must match this {syntax} grammar:\n"
+    return (description + SECTIONS_JOINER if description else "") + note + rules
 
 
 def shorten_tool_name(name: str, ctx: TranslationContext) -> str:

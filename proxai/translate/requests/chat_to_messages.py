@@ -37,6 +37,8 @@ from ._common import (
     SECTIONS_JOINER,
     as_dict,
     as_list,
+    custom_tool_description,
+    custom_tool_schema,
     drop,
     drop_unhandled,
     each_object,
@@ -280,19 +282,13 @@ def _custom_tool(name: str, definition: dict[str, JSON], path: str) -> dict[str,
     form = definition.get("format")
     if isinstance(form, dict) and form.get("type") == "grammar":
         grammar = as_dict(form.get("grammar"), f"{path}.format.grammar")
+        rules = text_of(grammar.get("definition"), f"{path}.format.grammar.definition")
         syntax = grammar.get("syntax", "grammar")
-        note = f"The `{CUSTOM_TOOL_PARAMETER}` must match this {syntax} grammar:\n"
-        description = (description + SECTIONS_JOINER if description else "") + note
-        description += text_of(grammar.get("definition"), f"{path}.format.grammar.definition")
-    schema = {
-        "type": "object",
-        "properties": {CUSTOM_TOOL_PARAMETER: {"type": "string"}},
-        "required": [CUSTOM_TOOL_PARAMETER],
-    }
+        description = custom_tool_description(description, syntax, rules)
     tool: dict[str, JSON] = {"name": name}
     if description:
         tool["description"] = description
-    tool["input_schema"] = schema
+    tool["input_schema"] = custom_tool_schema()
     return tool
 
 

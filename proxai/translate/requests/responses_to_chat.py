@@ -21,9 +21,10 @@ from ..ir import CUSTOM_TOOL_PARAMETER, TranslationContext, unwrap_reasoning
 from ..options import TranslationOptions
 from ._common import (
     PARTS_JOINER,
-    SECTIONS_JOINER,
     as_dict,
     as_list,
+    custom_tool_description,
+    custom_tool_schema,
     drop,
     drop_unhandled,
     dumps,
@@ -415,25 +416,17 @@ def _function_tool(tool: dict[str, JSON], path: str, ctx: TranslationContext) ->
 
 
 def _custom_tool(tool: dict[str, JSON], path: str) -> dict[str, JSON]:
-    """A free-form tool as a function of one string, its grammar told in the description
-    (the model cannot be constrained to it any more, so it is at least told)."""
+    """A free-form tool as a function of one string, its grammar told in the description."""
     description = text_of(tool.get("description"), f"{path}.description")
     form = tool.get("format")
     if isinstance(form, dict) and form.get("type") == "grammar":
+        rules = text_of(form.get("definition"), f"{path}.format.definition")
         syntax = form.get("syntax", "grammar")
-        note = f"The `{CUSTOM_TOOL_PARAMETER}` must match this {syntax} grammar:\n"
-        description = (description + SECTIONS_JOINER if description else "") + note
-        description += text_of(form.get("definition"), f"{path}.format.definition")
-    parameters = {
-        "type": "object",
-        "properties": {CUSTOM_TOOL_PARAMETER: {"type": "string"}},
-        "required": [CUSTOM_TOOL_PARAMETER],
-        "additionalProperties": False,
-    }
+        description = custom_tool_description(description, syntax, rules)
     function: dict[str, JSON] = {"name": tool["name"]}
     if description:
         function["description"] = description
-    function["parameters"] = parameters
+    function["parameters"] = custom_tool_schema() | {"additionalProperties": False}
     return {"type": "function", "function": function}
 
 
