@@ -1,5 +1,5 @@
 """Writing a Chat Completions request, as both translators to Chat must (from Messages, from
-Responses): where system prompts go."""
+Responses): where system prompts go, and a stream's usage."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from ._common import SECTIONS_JOINER
 
-__all__ = ["add_system"]
+__all__ = ["add_system", "stream_with_usage"]
 
 JSON = Any
 
@@ -23,3 +23,11 @@ def add_system(messages: list[dict[str, JSON]], text: str) -> None:
         lead["content"] = f"{lead['content']}{SECTIONS_JOINER}{text}"
     else:
         messages.append({"role": "system", "content": text})
+
+
+def stream_with_usage(body: dict[str, JSON], out: dict[str, JSON]) -> None:
+    """A streamed request asks for usage: the client's API reports it at the end, and a Chat
+    stream brings it only when asked."""
+    if body.get("stream"):
+        out["stream"] = True
+        out["stream_options"] = {"include_usage": True}

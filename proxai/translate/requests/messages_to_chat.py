@@ -34,7 +34,7 @@ from ._common import (
     shorten_tool_name,
     text_of,
 )
-from ._to_chat import add_system
+from ._to_chat import add_system, stream_with_usage
 
 __all__ = ["effort_of_budget", "messages_to_chat"]
 
@@ -101,9 +101,7 @@ def messages_to_chat(
             out[key] = body[key]
     _metadata(body.get("metadata"), out, ctx)
     _reasoning(body.get("thinking"), body.get("output_config"), out, ctx)
-    if body.get("stream"):
-        out["stream"] = True
-        out["stream_options"] = {"include_usage": True}
+    stream_with_usage(body, out)
     drop_unhandled(ctx, body, _HANDLED)
     return out
 

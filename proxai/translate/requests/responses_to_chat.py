@@ -33,7 +33,7 @@ from ._common import (
     refuse,
     text_of,
 )
-from ._to_chat import add_system
+from ._to_chat import add_system, stream_with_usage
 
 __all__ = ["REASONING_INCLUDE", "responses_echo", "responses_to_chat"]
 
@@ -173,9 +173,7 @@ def responses_to_chat(
     for key in ("temperature", "top_p", "user"):
         if body.get(key) is not None:
             out[key] = body[key]
-    if body.get("stream"):
-        out["stream"] = True
-        out["stream_options"] = {"include_usage": True}
+    stream_with_usage(body, out)
     drop_unhandled(ctx, body, _HANDLED)
     return out
 
