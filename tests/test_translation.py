@@ -140,6 +140,18 @@ def responses_stream(url: str) -> Any:
         return stream.get_final_response()
 
 
+def chat_stream(url: str, model: str, messages: list[dict[str, Any]]) -> Any:
+    """The final completion of a Chat client's stream offering the weather tool, with usage."""
+    tool = {
+        "type": "function",
+        "function": {"name": "get_weather", "parameters": WEATHER_TOOL["parameters"]},
+    }
+    with openai_client(url).chat.completions.stream(
+        model=model, messages=messages, tools=[tool], stream_options={"include_usage": True}
+    ) as stream:
+        return stream.get_final_completion()
+
+
 async def test_a_responses_client_gets_a_chat_upstreams_tool_call_as_responses_events(
     start_upstream: Any, proxai_for: Any
 ) -> None:
@@ -463,19 +475,7 @@ async def test_a_chat_client_gets_a_responses_upstreams_function_call(
     body = (FIXTURES / "responses_function_call_usage.1.sse").read_bytes()
 
     def chat(url: str) -> Any:
-        client = openai_client(url)
-        with client.chat.completions.stream(
-            model="gpt-5.4",
-            messages=[{"role": "user", "content": "weather?"}],
-            tools=[
-                {
-                    "type": "function",
-                    "function": {"name": "get_weather", "parameters": WEATHER_TOOL["parameters"]},
-                }
-            ],
-            stream_options={"include_usage": True},
-        ) as stream:
-            return stream.get_final_completion()
+        return chat_stream(url, "gpt-5.4", [{"role": "user", "content": "weather?"}])
 
     final, upstream, (outcome,) = await run(
         start_upstream,
@@ -542,18 +542,8 @@ async def test_a_chat_client_gets_an_anthropic_upstreams_tool_use_as_chat_chunks
     start_upstream: Any, proxai_for: Any
 ) -> None:
     def chat(url: str) -> Any:
-        with openai_client(url).chat.completions.stream(
-            model="claude-sonnet-4-5",
-            messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "?"}],
-            tools=[
-                {
-                    "type": "function",
-                    "function": {"name": "get_weather", "parameters": WEATHER_TOOL["parameters"]},
-                }
-            ],
-            stream_options={"include_usage": True},
-        ) as stream:
-            return stream.get_final_completion()
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "?"}]
+        return chat_stream(url, "claude-sonnet-4-5", messages)
 
     final, upstream, (outcome,) = await run(
         start_upstream, proxai_for, [sse(MESSAGES_STREAM)], chat, upstream=ANTHROPIC_UPSTREAM
