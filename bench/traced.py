@@ -33,18 +33,26 @@ OWNERS = (
     ("/httpx/", "httpx + httpcore (upstream connection)"),
     ("/hypercorn/", "hypercorn (client connection)"),
 )
-OTHER = "other (trio's run loop, imports)"
+OTHER = "trio: accepting client connections, run loop"
 
 
 def in_task(paths: Sequence[str]) -> Sequence[str]:
     """The frames of a stack (root first) that run inside a trio task: what comes
     after trio's run loop. The command line that called ``trio.run`` is below every
     task and owns none of their work; an empty result is the run loop's own."""
-    first = next((i for i, path in enumerate(paths) if "/trio/" in path), None)
+    first = next((i for i, path in enumerate(paths) if is_trio(path)), None)
     if first is None:
         return paths
-    task = next((i for i in range(first, len(paths)) if "/trio/" not in paths[i]), len(paths))
+    task = next((i for i in range(first, len(paths)) if not is_trio(paths[i])), len(paths))
     return paths[task:]
+
+
+def is_trio(path: str) -> bool:
+    """Whether a frame's file is trio's own (hypercorn's trio worker is not), or that of
+    the ``outcome`` objects its run loop resumes tasks with."""
+    if "/hypercorn/" in path:
+        return False
+    return any(part in path for part in ("/trio/", "trio._", "/outcome/", "outcome._"))
 
 
 def owner(filenames: Sequence[str]) -> str:
