@@ -101,6 +101,11 @@ ORDER = (
 )
 PASS_THROUGH = ("nginx", STOCK, "h11-relay", "proxai")
 MEMORY_TARGETS = ("nginx", "hypercorn-held", STOCK, "h11-relay", "proxai", "proxai-translating")
+#: Runs ``proxai`` from another checkout (argv[1]) for a same-run A/B (bench/ab.py).
+B_LAUNCHER = (
+    "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+    "from proxai.cli import main; sys.exit(main(sys.argv[1:]))"
+)
 #: Generous deadlines: at c=64 the Python relays queue events for a while.
 TIMEOUTS = {"idle": 600.0, "first_byte": 600.0, "total": 3600.0}
 
@@ -159,6 +164,11 @@ def lanes(names: Sequence[str], upstream: int, *, held: bool = False) -> Iterato
                 processes.append(nginx_proxy(wd, port, upstream))
             elif name == "proxai":
                 processes.append(proxai(wd, port, upstream, timeouts=TIMEOUTS))
+            elif name == "proxai-b":  # an A/B: the proxai of the checkout at $PROXAI_B
+                launcher = [sys.executable, "-c", B_LAUNCHER, os.environ["PROXAI_B"]]
+                processes.append(
+                    proxai(wd, port, upstream, timeouts=TIMEOUTS, argv_prefix=launcher)
+                )
             elif name == "proxai-translating":
                 processes.append(
                     proxai(wd, port, upstream, timeouts=TIMEOUTS, protocol="openai_chat")
