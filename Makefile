@@ -28,14 +28,20 @@ test-browser: $(STAMP)
 	$(BIN)/python -m pytest tests/browser -p no:cacheprovider --override-ini addopts=-ra
 	@echo "screenshot: tests/artifacts/live-view.png"
 
-## test-clients: the real Vercel AI SDK (npm: ai, @ai-sdk/openai) against proxai; needs node + npm
+## test-clients: real clients against proxai: the Vercel AI SDK (npm: ai, @ai-sdk/openai), Codex
+## (@openai/codex) and Claude Code (@anthropic-ai/claude-code); needs node + npm, ~700 MB of packages
 test-clients: $(STAMP)
 	cd tests/clients && if [ -f package-lock.json ]; then npm ci --no-audit --no-fund; \
 		else npm install --no-audit --no-fund; fi
-	$(BIN)/python tests/clients/run_clients.py
+	@vercel=PASS; agents=PASS; \
+	$(BIN)/python tests/clients/run_clients.py || vercel=FAIL; \
+	$(BIN)/python tests/clients/run_agents.py || agents=FAIL; \
+	echo "test-clients: Vercel AI SDK $$vercel; Codex + Claude Code $$agents"; \
+	[ $$vercel = PASS ] && [ $$agents = PASS ]
 
-## bench: issue 7's benchmarks vs a direct connection, nginx and the stack's floor, then docs/bench.md and
-## docs/bench.png (installs nginx and wrk from Debian, matplotlib from the bench extra)
+## bench: the per-event regime (issue 16) and issue 7's one-read benchmarks vs a direct connection, nginx
+## and the stack's floor, then docs/bench.md and docs/bench.png (about 14 minutes; installs nginx and wrk
+## from Debian, matplotlib and py-spy from the bench extra)
 $(VENV)/.bench-installed: pyproject.toml $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	touch $@

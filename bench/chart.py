@@ -1,5 +1,6 @@
-"""docs/bench.png from bench/results/all.json: streams per proxy core-second and added
-time to first byte, nginx, the stack's floor (when measured) and proxai side by side.
+"""docs/bench.png from bench/results/all.json: the per-event regime first (CPU per
+event and per stream, added time to first byte, RSS per held stream), then the
+one-read throughput, proxai against nginx and the stack's floor.
 
     .venv/bin/python -m bench.chart
 """
@@ -12,19 +13,45 @@ from typing import Any
 
 from bench.common import RESULTS, ROOT
 
-COLORS = {"nginx": "#4c72b0", "stack floor": "#8c8c8c", "proxai": "#dd8452"}
-FLOOR = "transport-relay"  # bench/floor.py's cheapest relay on this stack
+SERIES = {  # per-event bench target: (label, colour)
+    "nginx": ("nginx", "#4c72b0"),
+    "hypercorn-paced": ("hypercorn alone", "#c4c4c4"),
+    "stock-relay": ("stock relay (hypercorn + httpx)", "#8c8c8c"),
+    "h11-relay": ("h11 relay", "#55a868"),
+    "proxai": ("proxai", "#dd8452"),
+    "proxai-translating": ("proxai translating", "#c44e52"),
+}
+ONE_READ = {"nginx": "#4c72b0", "stack floor": "#8c8c8c", "proxai": "#dd8452"}
+FLOOR = "transport-relay"  # bench/floor.py's stock relay
 
 
-def _series(results: dict[str, Any], part: str) -> list[tuple[str, list[dict[str, Any]]]]:
-    """(label, summary rows) per target drawn: nginx, the floor if measured, proxai."""
-    rows = results[part]["summary"]
-    series = [("nginx", [r for r in rows if r["target"] == "nginx"])]
-    floor = results.get("floor", {}).get(part)
-    if floor is not None:
-        series.append(("stack floor", [r for r in floor["summary"] if r["target"] == FLOOR]))
-    series.append(("proxai", [r for r in rows if r["target"] == "proxai"]))
-    return series
+def _grouped(
+    ax: Any, levels: list[int], values: dict[str, list[float]], fmt: str, floor: float
+) -> None:
+    """Bars grouped by concurrency, one per target; heights clipped at ``floor`` for
+    the log scale (a median at or below zero is noise around nothing), labels not."""
+    width = 0.84 / max(1, len(values))
+    for i, (name, ys) in enumerate(values.items()):
+        label, colour = SERIES[name]
+        xs = [x + (i - (len(values) - 1) / 2) * width for x in range(len(levels))]
+        bars = ax.bar(xs, [max(floor, y) for y in ys], width, label=label, color=colour)
+        ax.bar_label(bars, labels=[fmt.format(v) for v in ys], fontsize=6, rotation=90)
+    ax.set_xticks(range(len(levels)), [f"c={c}" for c in levels])
+
+
+def _per_event(ax: Any, rows: list[dict[str, Any]], mode: str, field: str, title: str) -> None:
+    levels = sorted({r["concurrency"] for r in rows if r["mode"] == mode})
+    values = {}
+    for name in SERIES:
+        found = {
+            r["concurrency"]: r[field] for r in rows if r["target"] == name and r["mode"] == mode
+        }
+        if found:
+            values[name] = [found.get(c, float("nan")) for c in levels]
+    _grouped(ax, levels, values, "{:,.0f}", 1.0)
+    ax.set_yscale("log")
+    ax.set_ylabel("µs of proxy CPU (log)")
+    ax.set_title(title, fontsize=10)
 
 
 def draw(results: dict[str, Any]) -> None:
@@ -33,55 +60,69 @@ def draw(results: dict[str, Any]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.4))
+    fig, axes = plt.subplots(2, 3, figsize=(17, 9))
+    pe = results.get("perevent")
+    if pe is not None:
+        rows = pe["cpu"]
+        _per_event(axes[0][0], rows, "paced", "marginal_us", "CPU per event (marginal), paced")
+        _per_event(axes[0][1], rows, "paced", "fixed_us", "CPU per stream (fixed), paced")
+        _per_event(axes[0][2], rows, "unpaced", "marginal_us", "CPU per event, unpaced")
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig.legend(
+            handles, labels, loc="upper center", ncol=6, fontsize=9, bbox_to_anchor=(0.5, 0.955)
+        )
 
-    series = _series(results, "throughput")
+        ax = axes[1][0]
+        levels = sorted({r["concurrency"] for r in pe["ttfb"]})
+        values = {}
+        for name in SERIES:
+            found = {r["concurrency"]: r["added_p50_ms"] for r in pe["ttfb"] if r["target"] == name}
+            if found:
+                values[name] = [found.get(c, float("nan")) for c in levels]
+        _grouped(ax, levels, values, "{:.2f}", 0.01)
+        ax.set_yscale("log")
+        ax.set_ylabel("ms (log)")
+        ax.set_title("Added TTFB p50 vs direct, paced", fontsize=10)
+
+        ax = axes[1][1]
+        memory = {r["target"]: r["kb_per_stream"] for r in pe["memory"]["summary"]}
+        names = [n for n in ("nginx", "hypercorn-held", *list(SERIES)[2:]) if n in memory]
+        labels = [SERIES.get(n, ("hypercorn alone", ""))[0] for n in names]
+        colours = [SERIES.get(n, ("", "#c4c4c4"))[1] for n in names]
+        bars = ax.bar(range(len(names)), [memory[n] for n in names], color=colours)
+        ax.bar_label(bars, labels=[f"{memory[n]:.1f}" for n in names], fontsize=8)
+        ax.set_xticks(range(len(names)), labels, rotation=20, ha="right", fontsize=7)
+        ax.set_ylabel("KiB per held stream (RSS)")
+        ax.set_title("Memory per held stream", fontsize=10)
+
+    ax = axes[1][2]
+    rows = results["throughput"]["summary"]
+    series = [("nginx", [r for r in rows if r["target"] == "nginx"])]
+    floor = results.get("floor", {}).get("throughput")
+    if floor is not None:
+        series.append(("stack floor", [r for r in floor["summary"] if r["target"] == FLOOR]))
+    series.append(("proxai", [r for r in rows if r["target"] == "proxai"]))
     width = 0.8 / len(series)
-    levels = sorted({r["concurrency"] for r in results["throughput"]["summary"]})
-    for i, (name, rows) in enumerate(series):
-        values = [
-            next(r["streams_per_core_s"] for r in rows if r["concurrency"] == c) for c in levels
-        ]
+    levels = sorted({r["concurrency"] for r in rows})
+    for i, (name, kept) in enumerate(series):
+        ys = [next(r["streams_per_core_s"] for r in kept if r["concurrency"] == c) for c in levels]
         xs = [x + (i - (len(series) - 1) / 2) * width for x in range(len(levels))]
-        bars = left.bar(xs, values, width, label=name, color=COLORS[name])
-        left.bar_label(bars, labels=[f"{v:,.0f}" for v in values], fontsize=8)
-    left.axhline(2000, color="green", linestyle="--", linewidth=1, label="target ≥ 2,000")
-    left.set_yscale("log")
-    left.set_xticks(range(len(levels)), [f"c={c}" for c in levels])
-    left.set_ylabel("streams per proxy core-second (log)")
-    left.set_title("Throughput, 40-delta Responses stream")
-    left.legend(fontsize=8)
-
-    series = _series(results, "latency")
-    width = 0.8 / len(series)
-    concurrency = sorted({r["concurrency"] for r in results["latency"]["summary"]})
-    groups = [(c, p) for c in concurrency for p in ("p50", "p99")]
-    for i, (name, rows) in enumerate(series):
-        values = [
-            max(0.01, next(r[f"added_ttfb_{p}_ms"] for r in rows if r["concurrency"] == c))
-            for c, p in groups
-        ]
-        xs = [x + (i - (len(series) - 1) / 2) * width for x in range(len(groups))]
-        bars = right.bar(xs, values, width, label=name, color=COLORS[name])
-        right.bar_label(bars, labels=[f"{v:.2f}" for v in values], fontsize=8)
-    right.set_yscale("log")
-    right.set_xticks(range(len(groups)), [f"c={c} {p}" for c, p in groups])
-    right.set_ylabel("added TTFB vs direct, ms (log)")
-    right.set_title("Added time to first byte, paced stream (20 deltas, 5 ms)")
-    targets = {(1, "p50"): 1.0, (16, "p99"): 5.0}
-    for x, group in enumerate(groups):
-        if group in targets:
-            right.hlines(targets[group], x - 0.45, x + 0.45, colors="green", linestyles="--")
-    right.plot([], [], color="green", linestyle="--", label="target")
-    right.legend(fontsize=8)
+        bars = ax.bar(xs, ys, width, label=name, color=ONE_READ[name])
+        ax.bar_label(bars, labels=[f"{v:,.0f}" for v in ys], fontsize=7)
+    ax.axhline(2000, color="green", linestyle="--", linewidth=1, label="issue 7 target ≥ 2,000")
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(levels)), [f"c={c}" for c in levels])
+    ax.set_ylabel("streams per proxy core-second (log)")
+    ax.set_title("One read: 40-delta stream in one upstream read", fontsize=10)
+    ax.legend(fontsize=7)
 
     when = results.get("machine", {}).get("date", "")
     fig.suptitle(
-        f"proxai vs nginx and the stack's floor (medians of {results.get('reps', '?')} runs, "
-        f"{when})"
+        "proxai against nginx and the stack's floor, one upstream write per event (medians "
+        f"of {results.get('reps', '?')} interleaved runs on a shared 2-core machine, {when})"
     )
-    fig.tight_layout()
-    fig.savefig(ROOT / "docs" / "bench.png", dpi=110)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.savefig(ROOT / "docs" / "bench.png", dpi=100)
     plt.close(fig)
 
 

@@ -116,6 +116,24 @@ def cpu_seconds(pids: Sequence[int]) -> float:
     return total / tick
 
 
+def cpu_ns(pids: Sequence[int]) -> int:
+    """CPU time of these processes (all their threads) in nanoseconds, from
+    ``/proc/PID/task/TID/schedstat``: /proc/PID/stat counts in 10 ms ticks, too coarse
+    for a few streams of a few hundred microseconds each."""
+    total = 0
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except FileNotFoundError:
+            continue
+        for tid in tids:
+            try:
+                total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+    return total
+
+
 def rss_kb(pids: Sequence[int]) -> int:
     """Resident set size (VmRSS) of these processes, summed, in KiB."""
     total = 0
@@ -216,8 +234,12 @@ def proxai(
     timeouts: dict[str, float] | None = None,
     workers: int | None = None,
     cores: str = str(PROXY_CORE),
+    protocol: str | None = None,
+    argv_prefix: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
-    """``proxai serve --config FILE`` in front of 127.0.0.1:upstream."""
+    """``proxai serve --config FILE`` in front of 127.0.0.1:upstream (``protocol``: the
+    upstream's ``[upstream] protocol``; ``argv_prefix`` replaces the ``proxai`` script,
+    e.g. by a launcher that runs it under tracemalloc)."""
     lines = [
         "[server]",
         'host = "127.0.0.1"',
@@ -226,16 +248,48 @@ def proxai(
         f'base_url = "http://127.0.0.1:{upstream}/v1"',
         'api_key = "sk-bench"',
     ]
+    if protocol is not None:
+        lines.append(f'protocol = "{protocol}"')
     if timeouts:
         lines.append("[timeouts]")
         lines += [f"{key} = {float(value)}" for key, value in timeouts.items()]
     config = wd / f"proxai-{port}.toml"
     config.write_text("\n".join(lines) + "\n")
-    argv = [str(PROXAI), "serve", "--config", str(config), "--log-level", "WARNING"]
+    head = list(argv_prefix) or [str(PROXAI)]
+    argv = [*head, "serve", "--config", str(config), "--log-level", "WARNING"]
     if workers is not None:
         argv += ["--workers", str(workers)]
     return subprocess.Popen(
-        taskset(cores, argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        taskset(cores, argv), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
+def hypercorn_app(
+    app: str, port: int, upstream: int, body_file: str = "", cores: str = str(PROXY_CORE)
+) -> subprocess.Popen[bytes]:
+    """``hypercorn --worker-class trio bench.floor_apps:APP`` on 127.0.0.1:port, in front
+    of 127.0.0.1:upstream (the floor apps, ``bench/floor_apps.py``)."""
+    env = {
+        **os.environ,
+        "FLOOR_UPSTREAM": f"http://127.0.0.1:{upstream}",
+        "FLOOR_BODY": body_file,
+    }
+    argv = [
+        str(ROOT / ".venv" / "bin" / "hypercorn"),
+        "--worker-class",
+        "trio",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--log-level",
+        "WARNING",
+        f"bench.floor_apps:{app}",
+    ]
+    return subprocess.Popen(
+        taskset(cores, argv),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 
@@ -351,12 +405,12 @@ def text_stream(deltas: int) -> list[bytes]:
 REQUEST_BODY = b'{"model":"m","stream":true,"input":"hi"}'
 
 
-def post_request(port: int) -> bytes:
+def post_request(port: int, path: bytes = b"/v1/responses", body: bytes = REQUEST_BODY) -> bytes:
     return (
-        b"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+        b"POST %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
         b"Content-Type: application/json\r\nAuthorization: Bearer sk-client\r\n"
-        b"Content-Length: %d\r\n\r\n" % (port, len(REQUEST_BODY))
-    ) + REQUEST_BODY
+        b"Content-Length: %d\r\n\r\n" % (path, port, len(body))
+    ) + body
 
 
 class BodyDecoder:

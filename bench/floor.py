@@ -21,8 +21,6 @@ held stream, 1,000 streams held on the slow upstream, fresh processes per repeti
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,19 +28,17 @@ from typing import Any
 
 from bench import latency as paced
 from bench.common import (
-    PROXY_CORE,
-    ROOT,
     Row,
     Target,
     free_port,
     have_tools,
+    hypercorn_app,
     log,
     pin_driver,
     proxai,
     python_upstream,
     save,
     stop,
-    taskset,
     text_stream,
     wait_port,
     workdir,
@@ -63,37 +59,14 @@ MEMORY_APPS = {"hypercorn-held": "held", "naive-relay": "relay", "transport-rela
 def floor_targets(
     upstream: int, body_file: str, apps: dict[str, str], proxai_timeouts: dict[str, float]
 ) -> Iterator[list[Target]]:
-    env = {
-        **os.environ,
-        "FLOOR_UPSTREAM": f"http://127.0.0.1:{upstream}",
-        "FLOOR_BODY": body_file,
-    }
-    hypercorn = str(ROOT / ".venv" / "bin" / "hypercorn")
     processes = []
     found = []
     with workdir() as wd:
         try:
             for name, app in apps.items():
                 port = free_port()
-                argv = [
-                    hypercorn,
-                    "--worker-class",
-                    "trio",
-                    "--bind",
-                    f"127.0.0.1:{port}",
-                    "--log-level",
-                    "WARNING",
-                    f"bench.floor_apps:{app}",
-                ]
-                process = subprocess.Popen(
-                    taskset(str(PROXY_CORE), argv),
-                    cwd=ROOT,
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-                processes.append(process)
-                found.append(Target(name, port, process.pid))
+                processes.append(hypercorn_app(app, port, upstream, body_file))
+                found.append(Target(name, port, processes[-1].pid))
             port = free_port()
             processes.append(proxai(wd, port, upstream, timeouts=proxai_timeouts))
             found.append(Target("proxai", port, processes[-1].pid))

@@ -6,14 +6,22 @@ throughput bench can say how much of a stream's CPU is the stack itself:
 
 - ``static``: answers every request with the pre-rendered 40-delta stream in one
   body send (no upstream): hypercorn + h11 + trio's request cycle alone;
-- ``held``: sends the stream's first event and holds the stream open (memory);
+- ``paced``: the per-event bench's stream (``bench/streams.py``, the variant named
+  by the request's model) sent by the app itself, one ASGI send per event with the
+  upstream's pauses (no upstream): hypercorn's cost per send, alone;
+- ``held``: sends the per-event bench's first Responses event and holds the stream
+  open (memory);
 - ``relay``: the straightforward relay the issue describes, httpx's
   ``AsyncClient.stream`` to the upstream, one ASGI send per upstream chunk, no
   framing, no observer, no deadlines;
-- ``transport``: the same through httpx's transport (what proxai uses), one task.
+- ``transport``: the same through httpx's transport (what proxai uses), one task:
+  the *stock relay*;
+- ``h11relay``: the same relay reading the upstream with h11 on a trio socket (a
+  LIFO keep-alive pool, no httpx): what the upstream read costs without httpcore.
 
-The upstream's address comes from ``FLOOR_UPSTREAM`` (``http://127.0.0.1:PORT``)
-and the static body from ``FLOOR_BODY`` (a file).
+The relays forward the request's path. The upstream's address comes from
+``FLOOR_UPSTREAM`` (``http://127.0.0.1:PORT``) and the static body from
+``FLOOR_BODY`` (a file).
 """
 
 from __future__ import annotations
@@ -21,8 +29,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import h11
 import httpx
+import trio
+
+from bench.streams import Variant, variant_of, writes
 
 Scope = dict[str, Any]
 
@@ -68,15 +81,32 @@ class _Static:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-class _Held:
-    """Sends the head and the first event of ``FLOOR_BODY``, then holds the stream
-    until the client leaves (the memory bench's held stream, without an upstream)."""
+class _Paced:
+    """Plays the per-event bench's stream itself: one body send per event, with the
+    upstream's pauses (hypercorn's per-send cost without any upstream)."""
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send)
             return
-        first = _floor_body().split(b"\n\n", 1)[0] + b"\n\n"
+        variant = variant_of(await _read_body(receive))
+        await send({"type": "http.response.start", "status": 200, "headers": _HEAD})
+        for write in writes(variant, "responses"):
+            if write.pause:
+                await trio.sleep(write.pause)
+            await send({"type": "http.response.body", "body": write.data, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class _Held:
+    """Sends the head and the per-event bench's first Responses event, then holds the
+    stream until the client leaves (a held stream, without an upstream)."""
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        first = writes(Variant(hold=True), "responses")[0].data
         await _read_body(receive)
         await send({"type": "http.response.start", "status": 200, "headers": _HEAD})
         await send({"type": "http.response.body", "body": first, "more_body": True})
@@ -100,7 +130,7 @@ class _Relay:
         if self._transport_only:
             if self._transport is None:
                 self._transport = httpx.AsyncHTTPTransport(limits=_LIMITS)
-            request = httpx.Request("POST", base + "/v1/responses", headers=headers, content=body)
+            request = httpx.Request("POST", base + scope["path"], headers=headers, content=body)
             response = await self._transport.handle_async_request(request)
             try:
                 await self._relay(response, send)
@@ -110,7 +140,7 @@ class _Relay:
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=60, limits=_LIMITS)
         async with self._client.stream(
-            "POST", base + "/v1/responses", headers=headers, content=body
+            "POST", base + scope["path"], headers=headers, content=body
         ) as response:
             await self._relay(response, send)
 
@@ -122,7 +152,73 @@ class _Relay:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
+class _H11Relay:
+    """One ASGI send per upstream chunk, reading the upstream with h11 on trio sockets.
+
+    Keep-alive connections wait in a LIFO list; a connection goes back only when
+    both sides finished the exchange cleanly. No timeouts and no retries: it is the
+    floor of the read path, not a client.
+    """
+
+    def __init__(self) -> None:
+        self._idle: list[tuple[trio.SocketStream, h11.Connection]] = []
+
+    async def _connection(self) -> tuple[trio.SocketStream, h11.Connection]:
+        if self._idle:
+            return self._idle.pop()
+        url = urlsplit(os.environ["FLOOR_UPSTREAM"])
+        stream = await trio.open_tcp_stream(url.hostname or "127.0.0.1", url.port or 80)
+        return stream, h11.Connection(h11.CLIENT)
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        body = await _read_body(receive)
+        stream, conn = await self._connection()
+        reusable = False
+        try:
+            head = h11.Request(
+                method="POST",
+                target=scope["path"],
+                headers=[
+                    ("host", urlsplit(os.environ["FLOOR_UPSTREAM"]).netloc),
+                    ("content-type", "application/json"),
+                    ("content-length", str(len(body))),
+                ],
+            )
+            await stream.send_all(
+                conn.send(head) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
+            )
+            reusable = await self._relay(stream, conn, send)
+        finally:
+            if reusable:
+                conn.start_next_cycle()
+                self._idle.append((stream, conn))
+            else:
+                await stream.aclose()
+
+    async def _relay(self, stream: trio.SocketStream, conn: h11.Connection, send: Any) -> bool:
+        """Relay the response; whether the connection can carry another request."""
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(await stream.receive_some(65536))
+            elif isinstance(event, h11.Response):
+                start = {"type": "http.response.start", "status": event.status_code}
+                await send({**start, "headers": _HEAD})
+            elif isinstance(event, h11.Data):
+                await send({"type": "http.response.body", "body": event.data, "more_body": True})
+            elif isinstance(event, h11.EndOfMessage):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return conn.our_state is h11.DONE and conn.their_state is h11.DONE
+            else:  # the upstream closed or broke the exchange
+                return False
+
+
 static = _Static()
+paced = _Paced()
 held = _Held()
 relay = _Relay(transport_only=False)
 transport = _Relay(transport_only=True)
+h11relay = _H11Relay()

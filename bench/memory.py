@@ -33,10 +33,11 @@ from bench.common import (
 )
 
 
-async def hold(port: int, streams: int, then: Any) -> Any:
-    """Open ``streams`` streams, wait until each has its first event, call ``then()``
-    while all are held, close them and return what ``then`` returned."""
-    request = post_request(port)
+async def hold(port: int, streams: int, then: Any, request: bytes | None = None) -> Any:
+    """Open ``streams`` streams (``request``, by default the one-read stream's), wait
+    until each has its first event, call ``then()`` while all are held, close them and
+    return what ``then`` returned."""
+    request = request or post_request(port)
     gate = asyncio.Semaphore(64)  # connect at a pace the listen backlog takes
     opened: list[asyncio.StreamWriter] = []
     ready = 0
@@ -72,12 +73,12 @@ async def hold(port: int, streams: int, then: Any) -> Any:
         await asyncio.sleep(0.2)
 
 
-def measure(target: Target, streams: int) -> Row:
+def measure(target: Target, streams: int, request: bytes | None = None) -> Row:
     pids = target.pids()
-    asyncio.run(hold(target.port, 20, lambda: None))
+    asyncio.run(hold(target.port, 20, lambda: None, request))
     time.sleep(0.5)
     before = rss_kb(pids)
-    with_streams = asyncio.run(hold(target.port, streams, lambda: rss_kb(pids)))
+    with_streams = asyncio.run(hold(target.port, streams, lambda: rss_kb(pids), request))
     return {
         "target": target.name,
         "streams": streams,

@@ -1,12 +1,22 @@
-"""Every benchmark of issue 7 in one run, then docs/bench.md and docs/bench.png.
+"""Every benchmark in one run, then docs/bench.md and docs/bench.png.
 
-    .venv/bin/python -m bench.run_all [--reps 3] [--quick] [--only throughput latency ...]
+    .venv/bin/python -m bench.run_all [--reps 3] [--quick] [--only perevent profile ...]
 
-Runs throughput, latency, memory, longstream, scaling, stall and floor (see each
-module's docstring), each repeated ``--reps`` times with medians reported, writes raw results
-to bench/results/*.json (one file per bench plus all.json) and regenerates
-docs/bench.md and docs/bench.png from them. ``--only`` reruns some benches and keeps
-the others' last results. ``--quick`` is a smoke test (short runs, nothing rendered).
+Runs, each repeated ``--reps`` times with targets interleaved and medians reported:
+
+- ``perevent``: the per-event regime (issue 16): one upstream write per event, CPU per
+  event and per stream, added TTFB, RSS per held stream, byte checks;
+- ``profile``: py-spy on proxai in that regime, pass-through and translating;
+- the one-read figures (issue 7): ``throughput``, ``longstream``, ``scaling``, ``stall``
+  and ``floor`` (its one-read throughput part).
+
+Raw results go to bench/results/*.json (one file per bench plus all.json), then
+docs/bench.md and docs/bench.png are regenerated from them. ``--only`` reruns some
+benches and keeps the others' last results. ``--quick`` is a smoke test (short runs,
+nothing rendered). The whole run takes about 14 minutes on the 2-core bench machine.
+The older paced-latency and memory benches (``bench/latency.py``, ``bench/memory.py``
+and the same parts of ``bench/floor.py``) still run on their own; the per-event bench
+measures both in its regime.
 """
 
 from __future__ import annotations
@@ -18,32 +28,43 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import floor, latency, longstream, memory, scaling, stall, throughput
-from bench.common import RESULTS, have_tools, loadavg, log, machine, pin_driver, save
+from bench import floor, longstream, perevent, pyspy, scaling, stall, throughput
+from bench.common import RESULTS, ROOT, have_tools, loadavg, log, machine, pin_driver, save
 
-BENCHES = ["throughput", "latency", "memory", "longstream", "scaling", "stall", "floor"]
+BENCHES = ["perevent", "profile", "throughput", "longstream", "scaling", "stall", "floor"]
+
+
+def profile(seconds: int) -> dict[str, Any]:
+    """py-spy on pass-through and translating proxai, paced, c=4."""
+    RESULTS.mkdir(exist_ok=True)
+    out: dict[str, Any] = {}
+    for key, translating in (("responses", False), ("translating", True)):
+        raw = RESULTS / f"pyspy-{key}.txt"
+        out[key] = pyspy.paced(4, seconds, 250, translating, raw)
+        log("profile", key, [(r["part"], round(r["per_event_us"], 1)) for r in out[key]["parts"]])
+    return out
 
 
 def plan(reps: int, quick: bool) -> dict[str, Callable[[], dict[str, Any]]]:
     if quick:
         return {
+            "perevent": lambda: perevent.run(1, (1, 16), 100, 50),
+            "profile": lambda: profile(2),
             "throughput": lambda: throughput.run(1, 1, [1, 16]),
-            "latency": lambda: latency.run(1, 32, [1, 16]),
-            "memory": lambda: memory.run(1, 100),
             "longstream": lambda: longstream.run(1, 20_000),
             "scaling": lambda: scaling.run(1, 1, [64]),
             "stall": lambda: stall.run(1, 5.0),
-            "floor": lambda: floor.run(1, 1, [1, 16], 100, 32),
+            "floor": lambda: {"throughput": floor.throughput(1, 1, [1, 16])},
         }
     return {
-        "throughput": lambda: throughput.run(reps, 4, [1, 16, 64]),
-        "latency": lambda: latency.run(reps, 400, [1, 16]),
-        "memory": lambda: memory.run(reps, 1000),
+        "perevent": lambda: perevent.run(reps),
+        "profile": lambda: profile(8),
+        "throughput": lambda: throughput.run(reps, 3, [1, 16, 64]),
         "longstream": lambda: longstream.run(reps, 200_000),
-        "scaling": lambda: scaling.run(reps, 4, [16, 64]),
+        "scaling": lambda: scaling.run(reps, 3, [16, 64]),
         # every stream runs at once; the client outlasts nginx's 60 s proxy_read_timeout
         "stall": lambda: stall.run(reps, 75.0),
-        "floor": lambda: floor.run(reps, 4, [1, 16, 64], 1000, 400),
+        "floor": lambda: {"throughput": floor.throughput(reps, 3, [1, 16, 64])},
     }
 
 
@@ -55,23 +76,27 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", nargs="+", choices=BENCHES, default=BENCHES)
     args = parser.parse_args()
-    if not have_tools("nginx", "wrk", "taskset"):
+    if not have_tools("nginx", "wrk", "taskset", str(ROOT / ".venv" / "bin" / "py-spy")):
         return 2
     pin_driver()
     path = RESULTS / "all.json"
     everything: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    for stale in set(everything) - {*BENCHES, "machine", "reps"}:
+        del everything[stale]  # benches no longer in the run (issue 7's latency, memory)
     everything["machine"] = machine()
     everything["reps"] = args.reps
+    started = time.monotonic()
     for name, bench in plan(args.reps, args.quick).items():
         if name not in args.only:
             continue
         log(f"== {name}")
-        started, load_before = time.monotonic(), loadavg()
+        began, load_before = time.monotonic(), loadavg()
         result = bench()
-        result["wall_s"] = time.monotonic() - started
+        result["wall_s"] = time.monotonic() - began
         result["loadavg"] = [load_before, loadavg()]
         save(name, result)
         everything[name] = result
+    log(f"all benches: {time.monotonic() - started:.0f} s")
     if args.quick:
         log("quick run: nothing rendered")
         return 0

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 import trio
 
 from proxai.outcome import OutcomeKind
-from proxai.testing import Script, Send, Stall
+from proxai.testing import Script, Send, Sleep, Stall
 from proxai.testing.streams import FAST_TIMEOUTS
 from tests.fixtures import FIXTURES
 
@@ -139,6 +140,18 @@ def responses_stream(url: str) -> Any:
         return stream.get_final_response()
 
 
+def chat_stream(url: str, model: str, messages: list[dict[str, Any]]) -> Any:
+    """The final completion of a Chat client's stream offering the weather tool, with usage."""
+    tool = {
+        "type": "function",
+        "function": {"name": "get_weather", "parameters": WEATHER_TOOL["parameters"]},
+    }
+    with openai_client(url).chat.completions.stream(
+        model=model, messages=messages, tools=[tool], stream_options={"include_usage": True}
+    ) as stream:
+        return stream.get_final_completion()
+
+
 async def test_a_responses_client_gets_a_chat_upstreams_tool_call_as_responses_events(
     start_upstream: Any, proxai_for: Any
 ) -> None:
@@ -215,6 +228,31 @@ async def test_a_stall_mid_tool_arguments_ends_the_responses_client_with_its_err
     assert isinstance(error, openai.APIError) and not isinstance(error, openai.APIStatusError)
     assert "stalled" in error.message
     assert outcome.kind is OutcomeKind.STALLED_TOOL_ARGUMENTS
+
+
+async def test_a_client_that_hangs_up_after_its_terminal_event_completed_its_exchange(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    # Codex closes its connection as soon as it reads response.completed, which proxai
+    # sends at the Chat upstream's usage chunk, before the upstream's [DONE].
+    late_done = sse(TOOL_CALL_STREAM[:-1], then=[Sleep(0.3), Send(TOOL_CALL_STREAM[-1])])
+
+    def read_until_completed(url: str) -> str | None:
+        body = {"model": "qwen3-coder", "input": "Weather in Paris?", "stream": True}
+        with (
+            httpx.Client(timeout=15) as client,
+            client.stream("POST", url + "/v1/responses", json=body) as response,
+        ):
+            for line in response.iter_lines():
+                if line.startswith("event: response.completed"):
+                    return line
+        return None
+
+    seen, _, (outcome,) = await run(start_upstream, proxai_for, [late_done], read_until_completed)
+    assert seen == "event: response.completed"
+    assert outcome.kind is OutcomeKind.COMPLETED
+    assert outcome.usage is not None and outcome.usage["prompt_tokens"] == 120
+    assert [call.name for call in outcome.calls] == ["get_weather"]
 
 
 async def test_an_early_close_is_never_a_success(start_upstream: Any, proxai_for: Any) -> None:
@@ -437,19 +475,7 @@ async def test_a_chat_client_gets_a_responses_upstreams_function_call(
     body = (FIXTURES / "responses_function_call_usage.1.sse").read_bytes()
 
     def chat(url: str) -> Any:
-        client = openai_client(url)
-        with client.chat.completions.stream(
-            model="gpt-5.4",
-            messages=[{"role": "user", "content": "weather?"}],
-            tools=[
-                {
-                    "type": "function",
-                    "function": {"name": "get_weather", "parameters": WEATHER_TOOL["parameters"]},
-                }
-            ],
-            stream_options={"include_usage": True},
-        ) as stream:
-            return stream.get_final_completion()
+        return chat_stream(url, "gpt-5.4", [{"role": "user", "content": "weather?"}])
 
     final, upstream, (outcome,) = await run(
         start_upstream,
@@ -516,18 +542,8 @@ async def test_a_chat_client_gets_an_anthropic_upstreams_tool_use_as_chat_chunks
     start_upstream: Any, proxai_for: Any
 ) -> None:
     def chat(url: str) -> Any:
-        with openai_client(url).chat.completions.stream(
-            model="claude-sonnet-4-5",
-            messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "?"}],
-            tools=[
-                {
-                    "type": "function",
-                    "function": {"name": "get_weather", "parameters": WEATHER_TOOL["parameters"]},
-                }
-            ],
-            stream_options={"include_usage": True},
-        ) as stream:
-            return stream.get_final_completion()
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "?"}]
+        return chat_stream(url, "claude-sonnet-4-5", messages)
 
     final, upstream, (outcome,) = await run(
         start_upstream, proxai_for, [sse(MESSAGES_STREAM)], chat, upstream=ANTHROPIC_UPSTREAM

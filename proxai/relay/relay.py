@@ -33,6 +33,7 @@ import trio
 from ..errors import SHUTDOWN_MESSAGE, ProxyError, shutdown_error
 from ..outcome import Outcome, OutcomeKind
 from ..protocols.observer import ObserverSnapshot, PassThroughObserver, StreamObserver, Verdict
+from ..protocols.tracking import AFTER_TERMINAL_GRACE
 from ..translate.stream import ResponseTranslator
 from ..upstream.client import UpstreamResponse
 from ..wire.sse import SSEFrame
@@ -176,6 +177,12 @@ class Relay:
 
     async def _watch_disconnect(self, request_scope: trio.CancelScope) -> None:
         await self._downstream.wait_disconnect()
+        if self._translator is not None and self._translator.client_finished:
+            # The client read its translated terminal event and hung up (Codex does at
+            # once), before the upstream's own end (Chat's [DONE] follows the usage chunk
+            # proxai finishes at): give the relay a moment to see that end, so the
+            # exchange is recorded as what it was, not as a client that went away.
+            await trio.sleep(AFTER_TERMINAL_GRACE)
         since = self._writer.writing_since
         gone = ending.client_gone(
             judged=self.outcome.kind,

@@ -162,12 +162,13 @@ async def serve(
             for sock in sockets.secure_sockets + sockets.insecure_sockets:
                 stack.callback(sock.close)  # hypercorn closes them too; this covers a failed start
         # Held until serve returns, so that a signal during the last steps of the
-        # shutdown is taken here rather than killing the process.
-        signals = (
-            stack.enter_context(trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
-            if handle_signals
-            else None
-        )
+        # shutdown is taken here rather than killing the process. The receiver puts back
+        # the handlers it found when it closes: ignoring first means a signal between
+        # serve's return and the process's exit is ignored too, not a kill.
+        signals = None
+        if handle_signals:
+            ignore_late_signals()
+            signals = stack.enter_context(trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
         async with trio.open_nursery() as nursery:
             if signals is not None:
                 nursery.start_soon(on_signals, signals)

@@ -46,6 +46,11 @@ class ResponseTranslator:
         """``responses→chat``: the client's API, then the upstream's."""
         return f"{self.context.client}→{self.context.upstream}"
 
+    @property
+    def client_finished(self) -> bool:
+        """The client's stream has its terminal event; the upstream's may still follow."""
+        return self._encoder.finished
+
     def start(self, status: int) -> None:
         self._status = status
 

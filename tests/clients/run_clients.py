@@ -11,6 +11,11 @@ scripts and a real proxai server in front of it (small deadlines), runs
   time) and not much later,
 - that the error message the SDK surfaced is proxai's own (``Outcome.detail``).
 
+Two scenarios put proxai's translation in between: the upstream speaks only Chat
+Completions (``upstream.protocol = "openai_chat"``, ``chat_upstream.ChatModel``) and
+the SDK's Responses provider runs a two-step tool loop, then meets a stall
+mid-arguments.
+
 Then the *negative controls* run the same client against a scripted server standing
 in for a misbehaving proxy (a stream ended silently, a stream that never ends, ...):
 each must make the client fail, or the scenarios above would prove nothing.
@@ -26,16 +31,18 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 import trio
+from chat_upstream import ChatModel, ToolCall, reasoning_sent_with, tool_messages
 
 from proxai.outcome import Outcome, OutcomeKind
-from proxai.testing import Script, ScriptedUpstream, Sleep, Stall, open_proxai
+from proxai.testing import RecordedRequest, Script, ScriptedUpstream, Sleep, Stall, open_proxai
 from proxai.testing.seed import TURN1_EVENTS
+from proxai.testing.upstream import Responder
 
 HERE = Path(__file__).resolve().parent
 CLIENT = HERE / "vercel_client.mjs"
@@ -70,13 +77,21 @@ class Scenario:
 
     name: str
     client: str  # the client's scenario name (its expectation)
-    scripts: Sequence[Script]  # played by the upstream, one per request
+    #: Played by the upstream, one per request; or a function making a fresh
+    #: responder (a ChatModel keeps state across requests).
+    scripts: Sequence[Script] | Callable[[], Responder]
     outcomes: Sequence[OutcomeKind]  # proxai's outcome kind for each request, in order
     #: The deadline that must end the first failed request: proxai must give up no
     #: sooner than this (its message names the time) and not much later.
     deadline: float | None = None
     #: Whether the SDK's error message must equal the first failed outcome's detail.
     proxai_message: bool = True
+    #: The upstream's protocol, and the pair every outcome must record as translated
+    #: (``None``: passed through).
+    protocol: str = "openai"
+    translation: str | None = None
+    #: More checks on what reached the upstream.
+    check_upstream: Callable[[Sequence[RecordedRequest]], list[str]] | None = None
 
 
 @attrs.frozen
@@ -97,6 +112,44 @@ FIRST_EVENT_DELAY = 0.1
 PACED_TURN1 = Script(
     steps=(Sleep(FIRST_EVENT_DELAY), *Script.sse(TURN1_EVENTS, delay=0.02).steps),
 )
+
+#: The tool loop over a Chat upstream: get_weather (after a sentence of text), then the
+#: answer. vercel_client.mjs's get_weather returns WEATHER_REPORT.
+WEATHER_CALL = ToolCall("call_weather_01", "get_weather", {"city": "北京", "date": "today"})
+WEATHER_REPORT = "北京 today: sunny, AQI 42"
+LOOP_ANSWER = "空气质量良好（AQI 42），适合跑步。"
+
+
+#: DeepSeek-style reasoning before the call: it must come back on the next turn.
+REASONING = "The user asks about running outside: check the air quality first."
+
+
+def chat_model(stalls: int = 0) -> Callable[[], Responder]:
+    return lambda: ChatModel(
+        WEATHER_CALL,
+        LOOP_ANSWER,
+        reasoning=REASONING,
+        text_before_call="我查一下北京今天的天气。",
+        stalls=stalls,
+    )
+
+
+def loop_history_sent(requests: Sequence[RecordedRequest]) -> list[str]:
+    """The second turn's history: the SDK ran get_weather and sent its result as a
+    tool message, and the call's reasoning came back as ``reasoning_content`` (the
+    stateless round trip through the reasoning item's ``encrypted_content``)."""
+    if len(requests) < 2:
+        return []
+    body = requests[-1].json()
+    failures: list[str] = []
+    results = tool_messages(body)
+    if not any(i == WEATHER_CALL.id and WEATHER_REPORT in text for i, text in results):
+        failures.append(f"the last upstream request has no tool result {WEATHER_REPORT!r}")
+    reasoning = reasoning_sent_with(body, WEATHER_CALL.id)
+    if reasoning != [REASONING]:
+        failures.append(f"the call's reasoning came back as {reasoning}, expected [{REASONING!r}]")
+    return failures
+
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
@@ -155,6 +208,25 @@ SCENARIOS: tuple[Scenario, ...] = (
         [Script(before_head=[Stall()])],
         [OutcomeKind.STALLED_FIRST_BYTE],
         deadline=TIMEOUTS["first_byte"],
+    ),
+    Scenario(
+        "chat-upstream-tool-loop",
+        "tool-loop",
+        chat_model(),
+        [OutcomeKind.COMPLETED, OutcomeKind.COMPLETED],
+        proxai_message=False,
+        protocol="openai_chat",
+        translation="responses→chat",
+        check_upstream=loop_history_sent,
+    ),
+    Scenario(
+        "chat-upstream-stall-mid-arguments",
+        "chat-stall-mid-arguments",
+        chat_model(stalls=1),
+        [OutcomeKind.STALLED_TOOL_ARGUMENTS],
+        deadline=TIMEOUTS["tool_arguments"],
+        protocol="openai_chat",
+        translation="responses→chat",
     ),
 )
 
@@ -276,7 +348,8 @@ def sdk_error_message(verdict: dict[str, Any]) -> str | None:
 
 async def run_scenario(node: str, scenario: Scenario) -> tuple[list[str], Run | None, str]:
     """Run one scenario; return its failures, the client run and proxai's outcome kinds."""
-    upstream = ScriptedUpstream(scenario.scripts)
+    scripts = scenario.scripts() if callable(scenario.scripts) else scenario.scripts
+    upstream = ScriptedUpstream(scripts)
     outcomes: list[Outcome] = []
     run: Run | None = None
     failures: list[str] = []
@@ -284,7 +357,12 @@ async def run_scenario(node: str, scenario: Scenario) -> tuple[list[str], Run | 
         upstream_url = await nursery.start(upstream.serve)
         # Retries off: each scenario checks how the SDK meets one upstream failure.
         retries = {"max_attempts": 1}
-        async with open_proxai(upstream_url, timeouts=TIMEOUTS, retries=retries) as proxy:
+        async with open_proxai(
+            upstream_url,
+            timeouts=TIMEOUTS,
+            retries=retries,
+            upstream={"protocol": scenario.protocol},
+        ) as proxy:
             try:
                 run = await run_client(node, scenario.client, proxy.base_url)
             except trio.TooSlowError:
@@ -309,6 +387,13 @@ async def run_scenario(node: str, scenario: Scenario) -> tuple[list[str], Run | 
         failures.append(
             f"{len(upstream.requests)} upstream requests, expected {len(scenario.outcomes)}"
         )
+    translated = {o.translation for o in outcomes} - {scenario.translation}
+    if translated:
+        failures.append(
+            f"proxai recorded translation {translated}, expected {scenario.translation}"
+        )
+    if scenario.check_upstream is not None:
+        failures.extend(scenario.check_upstream(upstream.requests))
     if run is not None:
         if run.verdict is None:
             failures.append(f"no JSON verdict from the client (exit {run.code})")
@@ -352,6 +437,12 @@ def print_failure_details(failures: Sequence[str], run: Run | None) -> None:
         print(f"      stderr: {run.stderr.strip()[-2000:]}")
 
 
+def installed(package: str) -> str:
+    """The version of ``package`` that npm installed here."""
+    manifest = HERE / "node_modules" / package / "package.json"
+    return str(json.loads(manifest.read_text())["version"])
+
+
 async def main(verbose: bool = False) -> int:
     node = shutil.which("node")
     if node is None:
@@ -363,7 +454,8 @@ async def main(verbose: bool = False) -> int:
         print("0 passed, 1 failed")
         return 1
     passed = failed = 0
-    print(f"Vercel AI SDK through proxai (timeouts {TIMEOUTS})")
+    sdk = f"ai {installed('ai')}, @ai-sdk/openai {installed('@ai-sdk/openai')}"
+    print(f"Vercel AI SDK ({sdk}) through proxai (timeouts {TIMEOUTS})")
     for scenario in SCENARIOS:
         failures, run, kinds = await run_scenario(node, scenario)
         verdict = run.verdict if run else None
@@ -391,6 +483,7 @@ async def main(verbose: bool = False) -> int:
             print_failure_details(failures, run)
         else:
             passed += 1
+    print(f"Ran: Vercel AI SDK ({sdk}), {len(SCENARIOS)} scenarios, {len(CONTROLS)} controls")
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 

@@ -14,12 +14,18 @@
 // run_clients.py plays the upstream for each scenario; see README.md.
 
 import { createOpenAI } from '@ai-sdk/openai';
-import { APICallError, jsonSchema, streamText, tool } from 'ai';
+import { APICallError, jsonSchema, stepCountIs, streamText, tool } from 'ai';
 
 const HARD_TIMEOUT_MS = Number(process.env.VERCEL_CLIENT_TIMEOUT_MS ?? 20_000);
 const QUESTION = '北京今天适合跑步吗？如果空气质量不好，请查一下官方建议。';
 const WEATHER_INPUT = { city: '北京', date: 'today' };
 const STALLED_CALL = 'while streaming arguments of function_call get_weather (call_weather_01)';
+// The same call from a Chat Completions upstream (run_clients.py's chat scenarios).
+const STALLED_CHAT_CALL = 'while streaming arguments of tool call get_weather (call_weather_01)';
+const CHAT_FIRST_DELTAS = '{"city": "北京",';
+// What get_weather returns in the tool loop, and the model's answer after it.
+const WEATHER_REPORT = '北京 today: sunny, AQI 42';
+const LOOP_ANSWER = '空气质量良好（AQI 42），适合跑步。';
 const OUTPUT_PART = /^(text|reasoning|tool-input)-|^(tool-call|tool-result|source|file)$/;
 
 /**
@@ -47,12 +53,19 @@ const OUTPUT_PART = /^(text|reasoning|tool-input)-|^(tool-call|tool-result|sourc
  * @property {ErrorView | null} finishReasonError  what `await result.finishReason` threw
  * @property {{toolName: string, input: unknown}[]} toolCalls  `tool-call` parts
  * @property {string[]} toolInputDeltas  `tool-input-delta` parts' deltas
+ * @property {{toolName: string, output: unknown}[]} toolResults  `tool-result` parts
+ * @property {string | null} text  `await result.text`: the last step's text
+ * @property {number | null} steps  `(await result.steps).length`
  * @property {number} ms  time from the call to the end of the stream
  */
 
 /**
  * @typedef {object} Scenario
  * @property {number} maxRetries
+ * @property {boolean} [loop]  get_weather runs (returns WEATHER_REPORT) and the SDK
+ *   sends its result back in a second step, with `store: false`: the SDK then sends
+ *   every earlier item itself, where with `store: true` it sends `item_reference`s
+ *   to reasoning and text, which only OpenAI keeps (proxai refuses them with a 400)
  * @property {(seen: Observed, errors: {raw: unknown, view: ErrorView}[]) => string[]} check
  *   the failed expectations (empty when the scenario passes)
  */
@@ -67,6 +80,9 @@ const observed = {
   finishReasonError: null,
   toolCalls: [],
   toolInputDeltas: [],
+  toolResults: [],
+  text: null,
+  steps: null,
   ms: 0,
 };
 
@@ -107,21 +123,26 @@ function surfaced(raw) {
 }
 
 /**
- * Expectations for a healthy stream: no error anywhere, the get_weather call complete.
- * @param {Observed} seen
- * @param {{raw: unknown, view: ErrorView}[]} errors
+ * Expectations for a healthy stream: no error anywhere, the get_weather call complete,
+ * and the stream finished with `finishReason`.
+ * @param {string} finishReason
+ * @returns {Scenario['check']}
  */
-function expectToolCall(seen, errors) {
-  const failures = [];
-  if (errors.length) failures.push(`expected no error, got ${JSON.stringify(errors[0].view)}`);
-  const calls = JSON.stringify(seen.toolCalls);
-  const want = JSON.stringify([{ toolName: 'get_weather', input: WEATHER_INPUT }]);
-  if (calls !== want) failures.push(`expected tool calls ${want}, got ${calls}`);
-  if (seen.finishReason !== 'tool-calls') {
-    failures.push(`expected finishReason 'tool-calls', got ${seen.finishReason}`);
-  }
-  return failures;
+function expectWeatherCall(finishReason) {
+  return (seen, errors) => {
+    const failures = [];
+    if (errors.length) failures.push(`expected no error, got ${JSON.stringify(errors[0].view)}`);
+    const calls = JSON.stringify(seen.toolCalls);
+    const want = JSON.stringify([{ toolName: 'get_weather', input: WEATHER_INPUT }]);
+    if (calls !== want) failures.push(`expected tool calls ${want}, got ${calls}`);
+    if (seen.finishReason !== finishReason) {
+      failures.push(`expected finishReason '${finishReason}', got ${seen.finishReason}`);
+    }
+    return failures;
+  };
 }
+
+const expectToolCall = expectWeatherCall('tool-calls');
 
 /**
  * Expectations for an error before any output: one retryable APICallError, no output.
@@ -158,29 +179,29 @@ const SCENARIOS = {
   // appends `error` + `response.failed`; the SDK must end the stream with an error.
   'stall-mid-arguments': {
     maxRetries: 0,
+    check: expectStalledCall(STALLED_CALL, '{"city":"北京"'),
+  },
+
+  // The same stall from a Chat Completions upstream, through proxai's translation.
+  'chat-stall-mid-arguments': {
+    maxRetries: 0,
+    check: expectStalledCall(STALLED_CHAT_CALL, CHAT_FIRST_DELTAS),
+  },
+
+  // Two steps from a Chat Completions upstream, through proxai's translation: the
+  // model calls get_weather, the SDK runs it and sends the result, the model answers.
+  'tool-loop': {
+    maxRetries: 0,
+    loop: true,
     check(seen, errors) {
-      const failures = [];
-      const firstError = seen.parts.indexOf('error');
-      const started = seen.parts.indexOf('tool-input-delta');
-      if (started < 0 || (firstError >= 0 && started > firstError)) {
-        failures.push('expected tool-input-delta parts before the error (output had started)');
+      const failures = expectWeatherCall('stop')(seen, errors);
+      const results = JSON.stringify(seen.toolResults);
+      const want = JSON.stringify([{ toolName: 'get_weather', output: WEATHER_REPORT }]);
+      if (results !== want) failures.push(`expected tool results ${want}, got ${results}`);
+      if (seen.steps !== 2) failures.push(`expected 2 steps, got ${seen.steps}`);
+      if (seen.text !== LOOP_ANSWER) {
+        failures.push(`expected the answer ${JSON.stringify(LOOP_ANSWER)}, got ${seen.text}`);
       }
-      if (seen.toolInputDeltas.join('') !== '{"city":"北京"') {
-        const deltas = JSON.stringify(seen.toolInputDeltas);
-        failures.push(`expected only the first arguments delta, got ${deltas}`);
-      }
-      if (seen.errorParts.length !== 1) {
-        failures.push(`expected exactly one error part, got ${seen.errorParts.length}`);
-      } else if (!String(seen.errorParts[0].message).includes(STALLED_CALL)) {
-        const message = seen.errorParts[0].message;
-        failures.push(`expected an error naming the stalled call, got ${message}`);
-      }
-      if (seen.thrown) failures.push(`expected no throw, got ${JSON.stringify(seen.thrown)}`);
-      if (seen.toolCalls.length) failures.push('truncated arguments became a tool-call part');
-      if (seen.finishReason !== 'error') {
-        failures.push(`expected finishReason 'error', got ${seen.finishReason}`);
-      }
-      if (!errors.length) failures.push('no error surfaced');
       return failures;
     },
   },
@@ -211,6 +232,41 @@ const SCENARIOS = {
     check: expectRetryableAPICallError(expect504),
   },
 };
+
+/**
+ * Expectations for a stall mid-arguments: the deltas so far, then one error part
+ * naming the stalled call, no tool call, finishReason 'error'.
+ * @param {string} stalledCall  text proxai's message must contain
+ * @param {string} deltas  the arguments deltas sent before the stall, joined
+ * @returns {Scenario['check']}
+ */
+function expectStalledCall(stalledCall, deltas) {
+  return (seen, errors) => {
+    const failures = [];
+    const firstError = seen.parts.indexOf('error');
+    const started = seen.parts.indexOf('tool-input-delta');
+    if (started < 0 || (firstError >= 0 && started > firstError)) {
+      failures.push('expected tool-input-delta parts before the error (output had started)');
+    }
+    if (seen.toolInputDeltas.join('') !== deltas) {
+      const got = JSON.stringify(seen.toolInputDeltas);
+      failures.push(`expected the arguments deltas ${JSON.stringify(deltas)}, got ${got}`);
+    }
+    if (seen.errorParts.length !== 1) {
+      failures.push(`expected exactly one error part, got ${seen.errorParts.length}`);
+    } else if (!String(seen.errorParts[0].message).includes(stalledCall)) {
+      const message = seen.errorParts[0].message;
+      failures.push(`expected an error naming the stalled call, got ${message}`);
+    }
+    if (seen.thrown) failures.push(`expected no throw, got ${JSON.stringify(seen.thrown)}`);
+    if (seen.toolCalls.length) failures.push('truncated arguments became a tool-call part');
+    if (seen.finishReason !== 'error') {
+      failures.push(`expected finishReason 'error', got ${seen.finishReason}`);
+    }
+    if (!errors.length) failures.push('no error surfaced');
+    return failures;
+  };
+}
 
 /**
  * @param {ErrorView} view
@@ -252,8 +308,13 @@ async function run(baseURL, scenario) {
           required: ['city', 'date'],
           additionalProperties: false,
         }),
+        ...(scenario.loop && { execute: async () => WEATHER_REPORT }),
       }),
     },
+    ...(scenario.loop && {
+      stopWhen: stepCountIs(2),
+      providerOptions: { openai: { store: false } },
+    }),
     maxRetries: scenario.maxRetries,
     onError: ({ error }) => {
       observed.onError.push(describe(error));
@@ -271,6 +332,8 @@ async function run(baseURL, scenario) {
         observed.toolCalls.push({ toolName: part.toolName, input: part.input });
       } else if (part.type === 'tool-input-delta') {
         observed.toolInputDeltas.push(part.delta);
+      } else if (part.type === 'tool-result') {
+        observed.toolResults.push({ toolName: part.toolName, output: part.output });
       }
     }
   } catch (error) {
@@ -280,6 +343,10 @@ async function run(baseURL, scenario) {
   observed.ms = Math.round(performance.now() - started);
   try {
     observed.finishReason = await result.finishReason;
+    if (scenario.loop) {
+      observed.text = await result.text;
+      observed.steps = (await result.steps).length;
+    }
   } catch (error) {
     observed.finishReasonError = describe(error);
   }

@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 import orjson
 
+from ...wire.sse import SSEFrame
 from ..ir import (
     Event,
     Failed,
@@ -87,6 +88,14 @@ class DecoderBase:
     def _note(self, message: str) -> None:
         if message not in self.notes and len(self.notes) < _MAX_NOTES:
             self.notes.append(message)
+
+    def _not_an_object(self, frame: SSEFrame, data: bytes) -> list[Event]:
+        """A data line that holds no JSON object: an ``error`` frame's text is the upstream's
+        in-band error; anything else is noted and skipped."""
+        if frame.event == "error":
+            return self._fail(data.decode("utf-8", "replace")[:500])
+        self._note("a data line that is not a JSON object was ignored")
+        return []
 
     def _start(
         self, id: str | None = None, model: str | None = None, created: int | None = None

@@ -83,10 +83,7 @@ class MessagesDecoder(DecoderBase):
             return []
         event = load_object(data)
         if event is None:
-            if frame.event == "error":
-                return self._fail(data.decode("utf-8", "replace")[:500])
-            self._note("a data line that is not a JSON object was ignored")
-            return []
+            return self._not_an_object(frame, data)
         kind = as_str(event.get("type")) or frame.event
         if kind == "content_block_delta":
             return self._block_delta(event)

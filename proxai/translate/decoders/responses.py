@@ -120,10 +120,7 @@ class ResponsesDecoder(DecoderBase):
             return []
         event = load_object(data)
         if event is None:
-            if frame.event == "error":
-                return self._fail(data.decode("utf-8", "replace")[:500])
-            self._note("a data line that is not a JSON object was ignored")
-            return []
+            return self._not_an_object(frame, data)
         kind = as_str(event.get("type")) or frame.event or ""
         response = event.get("response")
         snapshot = response if isinstance(response, dict) else {}

@@ -20,7 +20,6 @@ import orjson
 
 from ...protocols.chat.observer import synthesized_error
 from ..ir import (
-    Event,
     Failed,
     Finished,
     FinishReason,
@@ -30,9 +29,9 @@ from ..ir import (
     ItemStarted,
     Started,
     TranslationContext,
-    Usage,
 )
-from .common import derive_id, merge_usage, new_id, sse_data
+from ._base import EncoderBase
+from .common import new_id, sse_data
 
 __all__ = ["ChatEncoder"]
 
@@ -65,47 +64,20 @@ class _Item:
     delta_tail: bytes = b""
 
 
-class ChatEncoder:
+class ChatEncoder(EncoderBase):
     """A Chat Completions client's stream or body from neutral events; see the module docstring."""
 
+    ID_PREFIX = "chatcmpl-"
+
     def __init__(self, ctx: TranslationContext) -> None:
-        self._ctx = ctx
-        self._id = ""
-        self._model = ctx.model or ""
+        super().__init__(ctx)
         self._created = 0
-        self._started = False
-        self._finished = False
         self._items: dict[int, _Item] = {}
         self._calls: list[_Item] = []
-        self._usage = Usage()
         self._chunk_fields: dict[str, Any] = {}
         self._chunk_head = b""  # a chunk up to its delta
         self._finish_reason: str | None = None
         self._error: dict[str, Any] | None = None
-
-    @property
-    def finished(self) -> bool:
-        return self._finished
-
-    def feed(self, event: Event) -> bytes:
-        if self._finished:
-            return b""
-        if isinstance(event, ItemDelta):
-            return self._item_delta(event)  # an item is open, so the response started
-        out = b"" if self._started or isinstance(event, Started) else self._start(Started())
-        if isinstance(event, Started):
-            out += self._start(event)
-        elif isinstance(event, ItemStarted):
-            out += self._item_started(event)
-        elif isinstance(event, ItemDone):
-            out += self._item_done(event)
-        elif isinstance(event, Usage):
-            self._usage = merge_usage(self._usage, event)
-        elif isinstance(event, Finished):
-            out += self._finish(event.reason)
-        elif isinstance(event, Failed):
-            out += self._fail(event.message, event.code)
-        return out
 
     def fail(self, message: str, *, code: str | None, try_again: bool) -> bytes:
         """An error chunk and ``[DONE]``; ``server_error`` (retryable) unless ``code``."""
@@ -158,12 +130,7 @@ class ChatEncoder:
         has_kind = any(item.kind is kind for item in self._items.values())
         return "".join(parts) if has_kind else None
 
-    def _start(self, event: Started) -> bytes:
-        if self._started:
-            return b""
-        self._started = True
-        self._id = derive_id(event.id, "chatcmpl-")
-        self._model = self._ctx.model or event.model or "unknown"
+    def _opened(self, event: Started) -> bytes:
         self._created = event.created or int(time.time())
         self._chunk_fields = {
             "id": self._id,
@@ -214,8 +181,8 @@ class ChatEncoder:
             (self._chunk_head, item.delta_head, orjson.dumps(text), item.delta_tail, _CHUNK_TAIL)
         )
 
-    def _finish(self, reason: FinishReason) -> bytes:
-        finish_reason = _FINISH_REASONS[reason]
+    def _finish(self, event: Finished) -> bytes:
+        finish_reason = _FINISH_REASONS[event.reason]
         if finish_reason == "stop" and self._calls:
             finish_reason = "tool_calls"  # some servers say stop after calling tools
         self._finish_reason = finish_reason
@@ -224,6 +191,9 @@ class ChatEncoder:
         if self._ctx.include_usage:
             out += sse_data(self._chunk_json([]) | {"usage": self._usage_json()})
         return out + _DONE
+
+    def _failed(self, event: Failed) -> bytes:
+        return self._fail(event.message, event.code)
 
     def _fail(self, message: str, code: str | None) -> bytes:
         self._finished = True

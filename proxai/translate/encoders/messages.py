@@ -22,7 +22,6 @@ import orjson
 from ...protocols.messages.observer import synthesized_error
 from ..ir import (
     THINKING_SIGNATURE,
-    Event,
     Failed,
     Finished,
     FinishReason,
@@ -32,9 +31,9 @@ from ..ir import (
     ItemStarted,
     Started,
     TranslationContext,
-    Usage,
 )
-from .common import derive_id, merge_usage, new_id, safe_id, sse_event
+from ._base import EncoderBase
+from .common import new_id, safe_id, sse_event
 
 __all__ = ["MessagesEncoder"]
 
@@ -122,48 +121,21 @@ def _tool_input(arguments: str) -> Any:
     return value if isinstance(value, dict) else {}
 
 
-class MessagesEncoder:
+class MessagesEncoder(EncoderBase):
     """An Anthropic Messages client's stream or body from neutral events; see the module
     docstring."""
 
+    ID_PREFIX = "msg_"
+
     def __init__(self, ctx: TranslationContext) -> None:
-        self._ctx = ctx
-        self._id = ""
-        self._model = ctx.model or ""
-        self._started = False
-        self._finished = False
+        super().__init__(ctx)
         self._blocks: dict[int, _Block] = {}  # by the decoder's key
         self._content: list[_Block] = []  # by index, as they opened
         self._open: _Block | None = None
         self._waiting: collections.deque[_Block] = collections.deque()
-        self._usage = Usage()
         self._stop_reason: str | None = None
         self._stop_sequence: str | None = None
         self._error: dict[str, str] | None = None
-
-    @property
-    def finished(self) -> bool:
-        return self._finished
-
-    def feed(self, event: Event) -> bytes:
-        if self._finished:
-            return b""
-        if isinstance(event, ItemDelta):
-            return self._item_delta(event)  # an item is open, so the response started
-        out = b"" if self._started or isinstance(event, Started) else self._start(Started())
-        if isinstance(event, Started):
-            out += self._start(event)
-        elif isinstance(event, ItemStarted):
-            out += self._item_started(event)
-        elif isinstance(event, ItemDone):
-            out += self._item_done(event)
-        elif isinstance(event, Usage):
-            self._usage = merge_usage(self._usage, event)
-        elif isinstance(event, Finished):
-            out += self._finish(event)
-        elif isinstance(event, Failed):
-            out += self._fail(event.message, _error_type(event.type, event.code))
-        return out
 
     def fail(self, message: str, *, code: str | None, try_again: bool) -> bytes:
         """One ``event: error``: ``overloaded_error`` when the client may try again (Claude
@@ -191,12 +163,7 @@ class MessagesEncoder:
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    def _start(self, event: Started) -> bytes:
-        if self._started:
-            return b""
-        self._started = True
-        self._id = derive_id(event.id, "msg_")
-        self._model = self._ctx.model or event.model or "unknown"
+    def _opened(self, event: Started) -> bytes:
         # Input tokens are rarely known yet: message_delta brings the real counts.
         message = self._message_json([])
         message["usage"] = {"input_tokens": 0, "output_tokens": 0}
@@ -228,6 +195,9 @@ class MessagesEncoder:
         payload = {"type": "message_delta", "delta": delta, "usage": self._usage_json()}
         out += sse_event("message_delta", payload)
         return out + sse_event("message_stop", {"type": "message_stop"})
+
+    def _failed(self, event: Failed) -> bytes:
+        return self._fail(event.message, _error_type(event.type, event.code))
 
     def _fail(self, message: str, error_type: str) -> bytes:
         self._finished = True

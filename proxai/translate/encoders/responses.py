@@ -20,7 +20,6 @@ import orjson
 
 from ...protocols.responses.observer import synthesized_error
 from ..ir import (
-    Event,
     Failed,
     Finished,
     FinishReason,
@@ -30,10 +29,10 @@ from ..ir import (
     ItemStarted,
     Started,
     TranslationContext,
-    Usage,
     wrap_reasoning,
 )
-from .common import derive_id, merge_usage, new_id, sse_event, unwrap_custom_input
+from ._base import EncoderBase
+from .common import new_id, sse_event, unwrap_custom_input
 
 __all__ = ["ResponsesEncoder"]
 
@@ -94,48 +93,20 @@ class _Item:
         return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
-class ResponsesEncoder:
+class ResponsesEncoder(EncoderBase):
     """A Responses client's stream or body from neutral events; see the module docstring."""
 
+    ID_PREFIX = "resp_"
+
     def __init__(self, ctx: TranslationContext) -> None:
-        self._ctx = ctx
+        super().__init__(ctx)
         self._sequence = 0
-        self._id = ""
-        self._model = ctx.model or ""
         self._created = 0
-        self._started = False
-        self._finished = False
         self._items: dict[int, _Item] = {}  # by the decoder's key
         self._output: list[_Item] = []  # by output_index
-        self._usage = Usage()
         self._status = "in_progress"
         self._incomplete_reason: str | None = None
         self._error: dict[str, str] | None = None
-
-    @property
-    def finished(self) -> bool:
-        return self._finished
-
-    def feed(self, event: Event) -> bytes:
-        if self._finished:
-            return b""
-        if isinstance(event, ItemDelta):
-            return self._item_delta(event)  # an item is open, so the response started
-        out = b"" if self._started or isinstance(event, Started) else self._start(Started())
-        if isinstance(event, Started):
-            out += self._start(event)
-        elif isinstance(event, ItemStarted):
-            out += self._item_started(event)
-        elif isinstance(event, ItemDone):
-            item = self._items.get(event.key)
-            out += self._close(item) if item and not item.done else b""
-        elif isinstance(event, Usage):
-            self._usage = merge_usage(self._usage, event)
-        elif isinstance(event, Finished):
-            out += self._finish(event.reason)
-        elif isinstance(event, Failed):
-            out += self._fail(event.message, event.code or _ERROR_CODES.get(event.type or ""))
-        return out
 
     def fail(self, message: str, *, code: str | None, try_again: bool) -> bytes:
         """``error`` + ``response.failed``; ``server_error`` (retryable) unless ``code``."""
@@ -151,24 +122,22 @@ class ResponsesEncoder:
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    def _start(self, event: Started) -> bytes:
-        if self._started:
-            return b""
-        self._started = True
-        self._id = derive_id(event.id, "resp_")
-        self._model = self._ctx.model or event.model or "unknown"
+    def _opened(self, event: Started) -> bytes:
         self._created = event.created or int(time.time())
         snapshot = self._response(full=False)
         out = self._emit("response.created", {"response": snapshot})
         return out + self._emit("response.in_progress", {"response": snapshot})
 
-    def _finish(self, reason: FinishReason) -> bytes:
+    def _finish(self, event: Finished) -> bytes:
         out = b"".join(self._close(item) for item in self._output if not item.done)
-        self._incomplete_reason = _INCOMPLETE_REASONS.get(reason)
+        self._incomplete_reason = _INCOMPLETE_REASONS.get(event.reason)
         self._status = "incomplete" if self._incomplete_reason else "completed"
         self._finished = True
         kind = f"response.{self._status}"
         return out + self._emit(kind, {"response": self._response(full=True)})
+
+    def _failed(self, event: Failed) -> bytes:
+        return self._fail(event.message, event.code or _ERROR_CODES.get(event.type or ""))
 
     def _fail(self, message: str, code: str | None) -> bytes:
         code = code or "server_error"
@@ -278,6 +247,10 @@ class ResponsesEncoder:
                 item.delta_tail,
             )
         )
+
+    def _item_done(self, event: ItemDone) -> bytes:
+        item = self._items.get(event.key)
+        return self._close(item) if item and not item.done else b""
 
     def _close(self, item: _Item) -> bytes:
         """The ``.done`` events of ``item``, then its ``output_item.done``."""

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 import orjson
 
 from ...errors import ProxyError
-from ..ir import TranslationContext
+from ..ir import CUSTOM_TOOL_PARAMETER, TranslationContext
 
 __all__ = [
     "MAX_TOOL_NAME",
@@ -16,8 +17,12 @@ __all__ = [
     "SECTIONS_JOINER",
     "as_dict",
     "as_list",
+    "custom_tool_description",
+    "custom_tool_schema",
     "drop",
+    "drop_unhandled",
     "dumps",
+    "each_object",
     "object_schema",
     "refuse",
     "shorten_tool_name",
@@ -45,6 +50,20 @@ def drop(ctx: TranslationContext, path: str) -> None:
         ctx.dropped.append(path)
 
 
+def drop_unhandled(
+    ctx: TranslationContext,
+    body: dict[str, JSON],
+    handled: frozenset[str],
+    *,
+    false_is_unset: bool = False,
+) -> None:
+    """Note every field of ``body`` set but not in ``handled`` (the fields a translator reads);
+    null is unset, and so is ``false`` where ``false_is_unset`` (Chat's off switches)."""
+    for key, value in body.items():
+        if key not in handled and value is not None and not (false_is_unset and value is False):
+            drop(ctx, key)
+
+
 def as_list(value: JSON, param: str) -> list[JSON]:
     """``value`` as an array, ``[]`` for null; 400 for anything else."""
     if value is None:
@@ -59,6 +78,14 @@ def as_dict(value: JSON, param: str) -> dict[str, JSON]:
     if not isinstance(value, dict):
         refuse(f"invalid request: {param}: expected an object", param)
     return value
+
+
+def each_object(value: JSON, param: str) -> Iterator[tuple[str, dict[str, JSON]]]:
+    """Each element of an array (none for null) as an object, with its path (``param[i]``);
+    400 naming the first that is not one."""
+    for index, element in enumerate(as_list(value, param)):
+        path = f"{param}[{index}]"
+        yield path, as_dict(element, path)
 
 
 def text_of(value: JSON, param: str) -> str:
@@ -81,6 +108,22 @@ def object_schema(schema: JSON) -> dict[str, JSON]:
     if not isinstance(schema, dict):
         return {"type": "object", "properties": {}}
     return {**schema, "type": "object"}
+
+
+def custom_tool_schema() -> dict[str, JSON]:
+    """The parameters of a free-form (custom) tool sent as a function: one string."""
+    return {
+        "type": "object",
+        "properties": {CUSTOM_TOOL_PARAMETER: {"type": "string"}},
+        "required": [CUSTOM_TOOL_PARAMETER],
+    }
+
+
+def custom_tool_description(description: str, syntax: JSON, rules: str) -> str:
+    """A free-form tool's description with its grammar told: the model cannot be constrained
+    to it any more once the tool is a function, so it is at least told."""
+    note = f"The `{CUSTOM_TOOL_PARAMETER}` must match this {syntax} grammar:\n"
+    return (description + SECTIONS_JOINER if description else "") + note + rules
 
 
 def shorten_tool_name(name: str, ctx: TranslationContext) -> str:

@@ -34,15 +34,19 @@ from ...protocols.names import WireApi
 from ..ir import CUSTOM_TOOL_PARAMETER, TranslationContext
 from ..options import TranslationOptions
 from ._common import (
-    PARTS_JOINER,
     SECTIONS_JOINER,
     as_dict,
     as_list,
+    custom_tool_description,
+    custom_tool_schema,
     drop,
+    drop_unhandled,
+    each_object,
     object_schema,
     refuse,
     text_of,
 )
+from ._from_chat import assistant_text, refuse_role, refuse_untranslatable, text_content
 
 __all__ = ["DEFAULT_MAX_TOKENS", "EFFORT_BUDGETS", "chat_to_messages"]
 
@@ -90,20 +94,13 @@ def chat_to_messages(
     body: dict[str, JSON], options: TranslationOptions, ctx: TranslationContext
 ) -> dict[str, JSON]:
     """The Messages request for a Chat Completions request ``body``; fills ``ctx``."""
-    n = body.get("n")
-    if isinstance(n, int) and n > 1:
-        refuse(
-            "this upstream (Anthropic Messages) returns one choice per request: `n` must be 1", "n"
-        )
-    for key in ("functions", "function_call"):
-        if body.get(key) is not None:
-            refuse(f"the legacy `{key}` cannot be translated: use `tools`", key)
+    refuse_untranslatable(body, "Anthropic Messages")
     out: dict[str, JSON] = {}
     if body.get("model") is not None:
         out["model"] = body["model"]
     history = _History(ctx)
-    for index, message in enumerate(as_list(body.get("messages"), "messages")):
-        history.add(as_dict(message, f"messages[{index}]"), f"messages[{index}]")
+    for path, message in each_object(body.get("messages"), "messages"):
+        history.add(message, path)
     if history.system:
         out["system"] = SECTIONS_JOINER.join(history.system)
     out["messages"] = history.messages
@@ -130,9 +127,7 @@ def chat_to_messages(
         # Only a Chat client reads it (a composed pair's first half asks for usage too).
         if isinstance(stream_options, dict) and ctx.client is WireApi.CHAT:
             ctx.include_usage = bool(stream_options.get("include_usage"))
-    for key, value in body.items():
-        if key not in _HANDLED and value is not None and value is not False:
-            drop(ctx, key)
+    drop_unhandled(ctx, body, _HANDLED, false_is_unset=True)
     return out
 
 
@@ -156,7 +151,7 @@ class _History:
         role = message.get("role")
         content = message.get("content")
         if role in ("system", "developer"):
-            text = _text_content(content, f"{path}.content")
+            text = text_content(content, f"{path}.content")
             if text:
                 self.system.append(text)
         elif role == "user":
@@ -167,35 +162,17 @@ class _History:
             result = {
                 "type": "tool_result",
                 "tool_use_id": text_of(message.get("tool_call_id"), f"{path}.tool_call_id"),
-                "content": _text_content(content, f"{path}.content"),
+                "content": text_content(content, f"{path}.content"),
             }
             self._append("user", [result])
-        elif role == "function":
-            refuse("legacy `function` messages cannot be translated: use tool calls", path)
         else:
-            refuse(f"invalid request: {path}.role: unknown role {role!r}", f"{path}.role")
+            refuse_role(role, path)
 
     def _assistant(self, message: dict[str, JSON], path: str) -> list[dict[str, JSON]]:
-        content = message.get("content")
-        texts: list[str] = []
-        if isinstance(content, str):
-            texts.append(content)
-        else:
-            for index, part in enumerate(as_list(content, f"{path}.content")):
-                part = as_dict(part, f"{path}.content[{index}]")
-                key = "refusal" if part.get("type") == "refusal" else "text"
-                texts.append(text_of(part.get(key), f"{path}.content[{index}].{key}"))
-        if message.get("refusal"):
-            texts.append(text_of(message["refusal"], f"{path}.refusal"))
-        if message.get("reasoning_content") or message.get("reasoning"):
-            drop(self.ctx, "messages.reasoning_content")
-        if message.get("function_call") is not None:
-            refuse("a legacy `function_call` cannot be translated: use tool calls", path)
-        text = PARTS_JOINER.join(t for t in texts if t)
+        text = assistant_text(message, path, self.ctx)
         blocks: list[dict[str, JSON]] = [{"type": "text", "text": text}] if text else []
-        for index, call in enumerate(as_list(message.get("tool_calls"), f"{path}.tool_calls")):
-            here = f"{path}.tool_calls[{index}]"
-            blocks.append(_tool_use(as_dict(call, here), here))
+        for here, call in each_object(message.get("tool_calls"), f"{path}.tool_calls"):
+            blocks.append(_tool_use(call, here))
         return blocks
 
 
@@ -222,24 +199,11 @@ def _tool_use(call: dict[str, JSON], path: str) -> dict[str, JSON]:
     return {"type": "tool_use", "id": call_id, "name": name, "input": value}
 
 
-def _text_content(content: JSON, path: str) -> str:
-    """Text-only content (system, developer, tool messages) as one string."""
-    if content is None or isinstance(content, str):
-        return text_of(content, path)
-    texts = []
-    for index, part in enumerate(as_list(content, path)):
-        part = as_dict(part, f"{path}[{index}]")
-        texts.append(text_of(part.get("text"), f"{path}[{index}].text"))
-    return PARTS_JOINER.join(texts)
-
-
 def _user_blocks(content: JSON, path: str) -> list[dict[str, JSON]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content else []
     blocks: list[dict[str, JSON]] = []
-    for index, part in enumerate(as_list(content, path)):
-        here = f"{path}[{index}]"
-        part = as_dict(part, here)
+    for here, part in each_object(content, path):
         kind = part.get("type")
         if kind == "text":
             text = text_of(part.get("text"), f"{here}.text")
@@ -286,9 +250,7 @@ def _document(file: dict[str, JSON], path: str) -> dict[str, JSON]:
 def _tools(tools: JSON, options: TranslationOptions, ctx: TranslationContext) -> list[JSON]:
     out: list[JSON] = []
     custom: set[str] = set()
-    for index, tool in enumerate(as_list(tools, "tools")):
-        path = f"tools[{index}]"
-        tool = as_dict(tool, path)
+    for path, tool in each_object(tools, "tools"):
         kind = tool.get("type")
         if kind == "function":
             function = as_dict(tool.get("function"), f"{path}.function")
@@ -320,19 +282,13 @@ def _custom_tool(name: str, definition: dict[str, JSON], path: str) -> dict[str,
     form = definition.get("format")
     if isinstance(form, dict) and form.get("type") == "grammar":
         grammar = as_dict(form.get("grammar"), f"{path}.format.grammar")
+        rules = text_of(grammar.get("definition"), f"{path}.format.grammar.definition")
         syntax = grammar.get("syntax", "grammar")
-        note = f"The `{CUSTOM_TOOL_PARAMETER}` must match this {syntax} grammar:\n"
-        description = (description + SECTIONS_JOINER if description else "") + note
-        description += text_of(grammar.get("definition"), f"{path}.format.grammar.definition")
-    schema = {
-        "type": "object",
-        "properties": {CUSTOM_TOOL_PARAMETER: {"type": "string"}},
-        "required": [CUSTOM_TOOL_PARAMETER],
-    }
+        description = custom_tool_description(description, syntax, rules)
     tool: dict[str, JSON] = {"name": name}
     if description:
         tool["description"] = description
-    tool["input_schema"] = schema
+    tool["input_schema"] = custom_tool_schema()
     return tool
 
 

@@ -18,7 +18,17 @@ from typing import Any
 from ...protocols.names import WireApi
 from ..ir import TranslationContext
 from ..options import TranslationOptions
-from ._common import PARTS_JOINER, SECTIONS_JOINER, as_dict, as_list, drop, refuse, text_of
+from ._common import (
+    SECTIONS_JOINER,
+    as_dict,
+    as_list,
+    drop,
+    drop_unhandled,
+    each_object,
+    refuse,
+    text_of,
+)
+from ._from_chat import assistant_text, refuse_role, refuse_untranslatable, text_content
 
 __all__ = ["MIN_OUTPUT_TOKENS", "chat_to_responses"]
 
@@ -65,9 +75,9 @@ def chat_to_responses(
     body: dict[str, JSON], options: TranslationOptions, ctx: TranslationContext
 ) -> dict[str, JSON]:
     """The Responses request for a Chat Completions request ``body``; fills ``ctx``."""
-    _refuse_untranslatable(body)
+    refuse_untranslatable(body, "Responses")
     out: dict[str, JSON] = {key: body[key] for key in _SAME if body.get(key) is not None}
-    instructions, items = _Input(ctx).build(as_list(body.get("messages"), "messages"))
+    instructions, items = _Input(ctx).build(body.get("messages"))
     if instructions:
         out["instructions"] = instructions
     out["input"] = items
@@ -103,19 +113,8 @@ def chat_to_responses(
                 out["stream_options"] = {
                     "include_obfuscation": stream_options["include_obfuscation"]
                 }
-    for key, value in body.items():
-        if key not in _HANDLED and value is not None and value is not False:
-            drop(ctx, key)
+    drop_unhandled(ctx, body, _HANDLED, false_is_unset=True)
     return out
-
-
-def _refuse_untranslatable(body: dict[str, JSON]) -> None:
-    n = body.get("n")
-    if isinstance(n, int) and n > 1:
-        refuse("this upstream (Responses) returns one choice per request: `n` must be 1", "n")
-    for key in ("functions", "function_call"):
-        if body.get(key) is not None:
-            refuse(f"the legacy `{key}` cannot be translated: use `tools`", key)
 
 
 class _Input:
@@ -127,17 +126,16 @@ class _Input:
         self.items: list[dict[str, JSON]] = []
         self._custom_calls: set[str] = set()  # call ids whose outputs are custom outputs
 
-    def build(self, messages: list[JSON]) -> tuple[str, list[dict[str, JSON]]]:
-        for index, message in enumerate(messages):
-            path = f"messages[{index}]"
-            self._message(as_dict(message, path), path)
+    def build(self, messages: JSON) -> tuple[str, list[dict[str, JSON]]]:
+        for path, message in each_object(messages, "messages"):
+            self._message(message, path)
         return SECTIONS_JOINER.join(self.instructions), self.items
 
     def _message(self, message: dict[str, JSON], path: str) -> None:
         role = message.get("role")
         content = message.get("content")
         if role in ("system", "developer"):
-            text = _text_content(content, f"{path}.content")
+            text = text_content(content, f"{path}.content")
             if not self.items:
                 self.instructions.append(text)
             else:
@@ -150,36 +148,18 @@ class _Input:
         elif role == "tool":
             call_id = text_of(message.get("tool_call_id"), f"{path}.tool_call_id")
             kind = "custom_tool_call_output" if call_id in self._custom_calls else None
-            output = _text_content(content, f"{path}.content")
+            output = text_content(content, f"{path}.content")
             item = {"type": kind or "function_call_output", "call_id": call_id, "output": output}
             self.items.append(item)
-        elif role == "function":
-            refuse("legacy `function` messages cannot be translated: use tool calls", path)
         else:
-            refuse(f"invalid request: {path}.role: unknown role {role!r}", f"{path}.role")
+            refuse_role(role, path)
 
     def _assistant(self, message: dict[str, JSON], path: str) -> None:
-        content = message.get("content")
-        texts = []
-        if isinstance(content, str):
-            texts.append(content)
-        else:
-            for index, part in enumerate(as_list(content, f"{path}.content")):
-                part = as_dict(part, f"{path}.content[{index}]")
-                key = "refusal" if part.get("type") == "refusal" else "text"
-                texts.append(text_of(part.get(key), f"{path}.content[{index}].{key}"))
-        if message.get("refusal"):
-            texts.append(text_of(message["refusal"], f"{path}.refusal"))
-        if message.get("reasoning_content") or message.get("reasoning"):
-            drop(self.ctx, "messages.reasoning_content")  # Responses reads only its own reasoning
-        if message.get("function_call") is not None:
-            refuse("a legacy `function_call` cannot be translated: use tool calls", path)
-        text = PARTS_JOINER.join(t for t in texts if t)
+        text = assistant_text(message, path, self.ctx)
         if text:
             self.items.append({"type": "message", "role": "assistant", "content": text})
-        for index, call in enumerate(as_list(message.get("tool_calls"), f"{path}.tool_calls")):
-            here = f"{path}.tool_calls[{index}]"
-            self.items.append(self._call(as_dict(call, here), here))
+        for here, call in each_object(message.get("tool_calls"), f"{path}.tool_calls"):
+            self.items.append(self._call(call, here))
 
     def _call(self, call: dict[str, JSON], path: str) -> dict[str, JSON]:
         call_id = text_of(call.get("id"), f"{path}.id")
@@ -201,24 +181,11 @@ class _Input:
         }
 
 
-def _text_content(content: JSON, path: str) -> str:
-    """Text-only content (system, developer, tool messages) as one string."""
-    if content is None or isinstance(content, str):
-        return text_of(content, path)
-    texts = []
-    for index, part in enumerate(as_list(content, path)):
-        part = as_dict(part, f"{path}[{index}]")
-        texts.append(text_of(part.get("text"), f"{path}[{index}].text"))
-    return PARTS_JOINER.join(texts)
-
-
 def _input_parts(content: JSON, path: str) -> list[dict[str, JSON]]:
     if isinstance(content, str):
         return [{"type": "input_text", "text": content}]
     parts: list[dict[str, JSON]] = []
-    for index, part in enumerate(as_list(content, path)):
-        here = f"{path}[{index}]"
-        part = as_dict(part, here)
+    for here, part in each_object(content, path):
         kind = part.get("type")
         if kind == "text":
             parts.append({"type": "input_text", "text": text_of(part.get("text"), f"{here}.text")})
@@ -241,9 +208,7 @@ def _input_parts(content: JSON, path: str) -> list[dict[str, JSON]]:
 
 def _tools(tools: JSON, options: TranslationOptions, ctx: TranslationContext) -> list[JSON]:
     out: list[JSON] = []
-    for index, tool in enumerate(as_list(tools, "tools")):
-        path = f"tools[{index}]"
-        tool = as_dict(tool, path)
+    for path, tool in each_object(tools, "tools"):
         kind = tool.get("type")
         if kind == "function":
             function = as_dict(tool.get("function"), f"{path}.function")

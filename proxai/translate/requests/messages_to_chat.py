@@ -26,12 +26,15 @@ from ._common import (
     as_dict,
     as_list,
     drop,
+    drop_unhandled,
     dumps,
+    each_object,
     object_schema,
     refuse,
     shorten_tool_name,
     text_of,
 )
+from ._to_chat import add_system, stream_with_usage
 
 __all__ = ["effort_of_budget", "messages_to_chat"]
 
@@ -80,11 +83,9 @@ def messages_to_chat(
         out["model"] = body["model"]
     tools = _tools(body.get("tools"), options, ctx)
     history = _History(ctx)
-    system = _system_text(body.get("system"), "system")
-    if system:
-        history.system(system)
-    for index, message in enumerate(as_list(body.get("messages"), "messages")):
-        history.add(as_dict(message, f"messages[{index}]"), f"messages[{index}]")
+    add_system(history.messages, _system_text(body.get("system"), "system"))
+    for path, message in each_object(body.get("messages"), "messages"):
+        history.add(message, path)
     out["messages"] = history.messages
     if tools:
         out["tools"] = tools
@@ -100,12 +101,8 @@ def messages_to_chat(
             out[key] = body[key]
     _metadata(body.get("metadata"), out, ctx)
     _reasoning(body.get("thinking"), body.get("output_config"), out, ctx)
-    if body.get("stream"):
-        out["stream"] = True
-        out["stream_options"] = {"include_usage": True}
-    for key, value in body.items():
-        if key not in _HANDLED and value is not None:
-            drop(ctx, key)
+    stream_with_usage(body, out)
+    drop_unhandled(ctx, body, _HANDLED)
     return out
 
 
@@ -122,20 +119,11 @@ class _History:
         self.ctx = ctx
         self.messages: list[dict[str, JSON]] = []
 
-    def system(self, text: str) -> None:
-        if not text:
-            return
-        if self.messages and all(m["role"] == "system" for m in self.messages):
-            lead = self.messages[-1]
-            lead["content"] = f"{lead['content']}{SECTIONS_JOINER}{text}"
-        else:
-            self.messages.append({"role": "system", "content": text})
-
     def add(self, message: dict[str, JSON], path: str) -> None:
         role = message.get("role")
         content = message.get("content")
         if role == "system":
-            self.system(_system_text(content, f"{path}.content"))
+            add_system(self.messages, _system_text(content, f"{path}.content"))
         elif role == "user":
             self._user(content, f"{path}.content")
         elif role == "assistant":
@@ -149,9 +137,7 @@ class _History:
             return
         parts: list[dict[str, JSON]] = []
         tool_images: list[dict[str, JSON]] = []
-        for index, block in enumerate(as_list(content, path)):
-            here = f"{path}[{index}]"
-            block = as_dict(block, here)
+        for here, block in each_object(content, path):
             if block.get("type") == "tool_result":
                 self.messages.append(self._tool_result(block, here, tool_images))
             else:
@@ -174,9 +160,8 @@ class _History:
         else:
             texts = []
             found = 0
-            for index, inner in enumerate(as_list(content, f"{path}.content")):
-                here = f"{path}.content[{index}]"
-                for part in _user_parts(as_dict(inner, here), here, self.ctx):
+            for here, inner in each_object(content, f"{path}.content"):
+                for part in _user_parts(inner, here, self.ctx):
                     if part["type"] == "text":
                         texts.append(part["text"])
                     else:
@@ -197,9 +182,7 @@ class _History:
         texts: list[str] = []
         reasoning: list[str] = []
         calls: list[dict[str, JSON]] = []
-        for index, block in enumerate(as_list(content, path)):
-            here = f"{path}[{index}]"
-            block = as_dict(block, here)
+        for here, block in each_object(content, path):
             kind = block.get("type")
             if kind == "text":
                 texts.append(text_of(block.get("text"), f"{here}.text"))
@@ -235,10 +218,9 @@ def _system_text(system: JSON, path: str) -> str:
     """A system prompt, string or text blocks, as one string (blocks' cache_control dropped)."""
     if system is None or isinstance(system, str):
         return text_of(system, path)
-    texts = []
-    for index, block in enumerate(as_list(system, path)):
-        block = as_dict(block, f"{path}[{index}]")
-        texts.append(text_of(block.get("text"), f"{path}[{index}].text"))
+    texts = [
+        text_of(block.get("text"), f"{here}.text") for here, block in each_object(system, path)
+    ]
     return SECTIONS_JOINER.join(text for text in texts if text)
 
 
@@ -295,9 +277,7 @@ _TOOL_FIELDS = frozenset({"type", "name", "description", "input_schema", "cache_
 
 def _tools(tools: JSON, options: TranslationOptions, ctx: TranslationContext) -> list[JSON]:
     out: list[JSON] = []
-    for index, tool in enumerate(as_list(tools, "tools")):
-        path = f"tools[{index}]"
-        tool = as_dict(tool, path)
+    for path, tool in each_object(tools, "tools"):
         kind = tool.get("type")
         if kind not in (None, "custom"):  # a server tool: web_search_20250305, bash_...
             if options.strict:

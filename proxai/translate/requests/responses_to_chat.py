@@ -21,15 +21,19 @@ from ..ir import CUSTOM_TOOL_PARAMETER, TranslationContext, unwrap_reasoning
 from ..options import TranslationOptions
 from ._common import (
     PARTS_JOINER,
-    SECTIONS_JOINER,
     as_dict,
     as_list,
+    custom_tool_description,
+    custom_tool_schema,
     drop,
+    drop_unhandled,
     dumps,
+    each_object,
     object_schema,
     refuse,
     text_of,
 )
+from ._to_chat import add_system, stream_with_usage
 
 __all__ = ["REASONING_INCLUDE", "responses_echo", "responses_to_chat"]
 
@@ -150,8 +154,8 @@ def responses_to_chat(
     if isinstance(items, str):
         history.user(items)
     else:
-        for index, item in enumerate(as_list(items, "input")):
-            history.add(as_dict(item, f"input[{index}]"), f"input[{index}]")
+        for path, item in each_object(items, "input"):
+            history.add(item, path)
     out["messages"] = history.finish()
 
     tools = _tools(body.get("tools"), options, ctx)
@@ -169,12 +173,8 @@ def responses_to_chat(
     for key in ("temperature", "top_p", "user"):
         if body.get(key) is not None:
             out[key] = body[key]
-    if body.get("stream"):
-        out["stream"] = True
-        out["stream_options"] = {"include_usage": True}
-    for key, value in body.items():
-        if key not in _HANDLED and value is not None:
-            drop(ctx, key)
+    stream_with_usage(body, out)
+    drop_unhandled(ctx, body, _HANDLED)
     return out
 
 
@@ -200,11 +200,7 @@ class _History:
         if not text:
             return
         self._close()
-        if self.messages and all(m["role"] == "system" for m in self.messages):
-            lead = self.messages[-1]
-            lead["content"] = f"{lead['content']}{SECTIONS_JOINER}{text}"
-        else:
-            self.messages.append({"role": "system", "content": text})
+        add_system(self.messages, text)
 
     def user(self, content: str | list[dict[str, JSON]]) -> None:
         self._close()
@@ -279,12 +275,11 @@ class _History:
         if isinstance(content, str):
             texts.append(content)
         else:
-            for index, part in enumerate(as_list(content, path)):
-                part = as_dict(part, f"{path}[{index}]")
+            for here, part in each_object(content, path):
                 if part.get("type") == "refusal":
-                    refusals.append(text_of(part.get("refusal"), f"{path}[{index}].refusal"))
+                    refusals.append(text_of(part.get("refusal"), f"{here}.refusal"))
                 else:
-                    texts.append(text_of(part.get("text"), f"{path}[{index}].text"))
+                    texts.append(text_of(part.get("text"), f"{here}.text"))
         if self._assistant is not None and self._assistant.get("tool_calls"):
             self._close()  # text after calls: a new message, as Chat cannot order them
         message = self._open_assistant()
@@ -341,11 +336,10 @@ def _plain_text(content: JSON, path: str) -> str:
     if isinstance(content, str):
         return content
     texts = []
-    for index, part in enumerate(as_list(content, path)):
-        part = as_dict(part, f"{path}[{index}]")
+    for here, part in each_object(content, path):
         if part.get("type") not in ("input_text", "output_text", "text"):
-            refuse(f"{path}[{index}]: a system message can only hold text", f"{path}[{index}]")
-        texts.append(text_of(part.get("text"), f"{path}[{index}].text"))
+            refuse(f"{here}: a system message can only hold text", here)
+        texts.append(text_of(part.get("text"), f"{here}.text"))
     return PARTS_JOINER.join(texts)
 
 
@@ -361,11 +355,7 @@ def _user_content(content: JSON, path: str) -> str | list[dict[str, JSON]]:
 
 
 def _user_parts(content: JSON, path: str) -> list[dict[str, JSON]]:
-    parts: list[dict[str, JSON]] = []
-    for index, part in enumerate(as_list(content, path)):
-        here = f"{path}[{index}]"
-        parts.append(_user_part(as_dict(part, here), here))
-    return parts
+    return [_user_part(part, here) for here, part in each_object(content, path)]
 
 
 def _user_part(part: dict[str, JSON], path: str) -> dict[str, JSON]:
@@ -394,9 +384,7 @@ def _user_part(part: dict[str, JSON], path: str) -> dict[str, JSON]:
 def _tools(tools: JSON, options: TranslationOptions, ctx: TranslationContext) -> list[JSON]:
     out: list[JSON] = []
     custom: set[str] = set()
-    for index, tool in enumerate(as_list(tools, "tools")):
-        path = f"tools[{index}]"
-        tool = as_dict(tool, path)
+    for path, tool in each_object(tools, "tools"):
         kind = tool.get("type")
         if kind == "function":
             out.append(_function_tool(tool, path, ctx))
@@ -426,25 +414,17 @@ def _function_tool(tool: dict[str, JSON], path: str, ctx: TranslationContext) ->
 
 
 def _custom_tool(tool: dict[str, JSON], path: str) -> dict[str, JSON]:
-    """A free-form tool as a function of one string, its grammar told in the description
-    (the model cannot be constrained to it any more, so it is at least told)."""
+    """A free-form tool as a function of one string, its grammar told in the description."""
     description = text_of(tool.get("description"), f"{path}.description")
     form = tool.get("format")
     if isinstance(form, dict) and form.get("type") == "grammar":
+        rules = text_of(form.get("definition"), f"{path}.format.definition")
         syntax = form.get("syntax", "grammar")
-        note = f"The `{CUSTOM_TOOL_PARAMETER}` must match this {syntax} grammar:\n"
-        description = (description + SECTIONS_JOINER if description else "") + note
-        description += text_of(form.get("definition"), f"{path}.format.definition")
-    parameters = {
-        "type": "object",
-        "properties": {CUSTOM_TOOL_PARAMETER: {"type": "string"}},
-        "required": [CUSTOM_TOOL_PARAMETER],
-        "additionalProperties": False,
-    }
+        description = custom_tool_description(description, syntax, rules)
     function: dict[str, JSON] = {"name": tool["name"]}
     if description:
         function["description"] = description
-    function["parameters"] = parameters
+    function["parameters"] = custom_tool_schema() | {"additionalProperties": False}
     return {"type": "function", "function": function}
 
 

@@ -1,0 +1,603 @@
+"""The per-event bench: an upstream that writes each event as its own chunk (issue 16).
+
+    .venv/bin/python -m bench.perevent [--reps 3] [--quick]
+
+An LLM API writes every token delta as soon as the model has it, milliseconds apart,
+so a proxy reads, frames, observes and sends once per event; the throughput bench's
+pre-rendered stream reaches a proxy in one read and hides those costs. Here the
+upstream (``bench/event_upstream.py``, asyncio on core 0) writes one event per write:
+*paced* (2 ms before each delta and before the closing events) or *unpaced* (back to
+back). Every target is measured side by side in one run, pinned to core 1:
+
+- ``direct``: the client talks to the upstream (``direct-chat``: its Chat endpoint);
+- ``nginx``: a plain reverse proxy (``proxy_buffering off``);
+- ``proxai``: pass-through, a Responses client over an ``openai`` upstream;
+- ``proxai-translating``: a Responses client over an ``openai_chat`` upstream (the
+  upstream sends ``chat.completion.chunk`` lines, proxai translates them);
+- the stack's floor (``bench/floor_apps.py``, hypercorn's trio worker):
+  ``hypercorn-paced`` sends the stream itself (no upstream), ``stock-relay`` is
+  hypercorn + httpx's transport with one ASGI send per chunk, ``h11-relay`` reads the
+  upstream with h11 on a trio socket instead of httpx.
+
+Each cell runs ``k`` streams per connection on ``c`` keep-alive connections (after one
+warm-up stream each) and reads the proxy's CPU time from ``/proc/PID/task/*/schedstat``.
+Two stream lengths (20 and 80 deltas) give the CPU per event (the marginal cost of a
+delta: the difference over 60) and the CPU per stream (the rest, extrapolated to 0
+deltas: head, request, the 8 non-delta events of a Responses stream). Concurrency 1, 4,
+16 and 64; repetitions interleave every target; medians. The added time to the first
+byte is taken from the paced cells against ``direct`` in the same repetition.
+
+Every response is checked: pass-through bodies must equal the upstream's bytes, the
+translated ones must be a well-formed Responses stream carrying the same text; then
+the openai SDK's stream accumulators read one stream of each kind.
+
+Memory: RSS per held stream (``ev-hold``: the first event, then nothing), fresh
+processes per repetition; and once, under tracemalloc (``bench/traced.py``), whose
+code allocated what a held stream keeps in proxai.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from bench import memory, streams
+from bench.common import (
+    DRIVER_CORE,
+    ROOT,
+    Row,
+    Target,
+    connect,
+    cpu_ns,
+    exchange,
+    free_port,
+    have_tools,
+    hypercorn_app,
+    log,
+    median,
+    nginx_proxy,
+    pin_driver,
+    post_request,
+    proxai,
+    save,
+    stop,
+    taskset,
+    wait_port,
+    workdir,
+)
+from bench.latency import percentile
+from bench.streams import Variant
+from bench.traced import OTHER, owner
+
+PAUSE = 0.002
+LENGTHS = (20, 80)
+CONCURRENCY = (1, 4, 16, 64)
+MODES = {"paced": PAUSE, "unpaced": 0.0}
+#: streams per connection at each concurrency: one to three seconds per paced cell
+STREAMS_PER_CONNECTION = {1: 12, 4: 6, 16: 3, 64: 2}
+STOCK = "stock-relay"
+ORDER = (
+    "direct",
+    "direct-chat",
+    "nginx",
+    "hypercorn-paced",
+    STOCK,
+    "h11-relay",
+    "proxai",
+    "proxai-translating",
+)
+PASS_THROUGH = ("nginx", STOCK, "h11-relay", "proxai")
+MEMORY_TARGETS = ("nginx", "hypercorn-held", STOCK, "h11-relay", "proxai", "proxai-translating")
+#: Generous deadlines: at c=64 the Python relays queue events for a while.
+TIMEOUTS = {"idle": 600.0, "first_byte": 600.0, "total": 3600.0}
+
+
+@attrs.frozen
+class Lane:
+    """A target as the per-event bench drives it."""
+
+    target: Target
+    pids: tuple[int, ...]
+    path: bytes  # what the client requests
+    client_shape: str  # the API the client speaks (what it receives)
+    upstream_shape: str  # the API the upstream streams
+    direct: str  # the direct lane to subtract for added TTFB
+
+    @property
+    def name(self) -> str:
+        return self.target.name
+
+    @property
+    def translated(self) -> bool:
+        return self.client_shape != self.upstream_shape
+
+
+RESPONSES, CHAT = b"/v1/responses", b"/v1/chat/completions"
+
+
+def event_upstream() -> tuple[subprocess.Popen[bytes], int]:
+    """``bench/event_upstream.py`` on the driver core: (process, port)."""
+    process = subprocess.Popen(
+        taskset(str(DRIVER_CORE), [sys.executable, "-m", "bench.event_upstream"]),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    port = int(process.stdout.readline())
+    wait_port(port)
+    return process, port
+
+
+@contextmanager
+def lanes(names: Sequence[str], upstream: int, *, held: bool = False) -> Iterator[list[Lane]]:
+    """Start the proxies of ``names`` in front of the upstream; yield them as lanes."""
+    with workdir() as wd, ExitStack() as stack:
+        processes: list[Any] = []
+        stack.callback(stop, processes)
+        out: list[Lane] = []
+        for name in names:
+            port, pid = free_port(), None
+            path, client, up, direct = RESPONSES, "responses", "responses", "direct"
+            if name == "direct":
+                port = upstream
+            elif name == "direct-chat":
+                port, path, client, up, direct = upstream, CHAT, "chat", "chat", "direct-chat"
+            elif name == "nginx":
+                processes.append(nginx_proxy(wd, port, upstream))
+            elif name == "proxai":
+                processes.append(proxai(wd, port, upstream, timeouts=TIMEOUTS))
+            elif name == "proxai-translating":
+                processes.append(
+                    proxai(wd, port, upstream, timeouts=TIMEOUTS, protocol="openai_chat")
+                )
+                up, direct = "chat", "direct-chat"
+            else:
+                app = {
+                    "hypercorn-paced": "paced",
+                    "hypercorn-held": "held",
+                    STOCK: "transport",
+                    "h11-relay": "h11relay",
+                }[name]
+                processes.append(hypercorn_app(app, port, upstream))
+            if processes and name not in ("direct", "direct-chat"):
+                pid = processes[-1].pid
+            out.append(Lane(Target(name, port, pid), (), path, client, up, direct))
+        for lane in out:
+            wait_port(lane.target.port)
+        time.sleep(0.3)  # hypercorn forks its worker after binding
+        yield [attrs.evolve(lane, pids=tuple(lane.target.pids())) for lane in out]
+
+
+# -- checks ---------------------------------------------------------------------------
+
+
+def check_responses(body: bytes, text: str) -> str | None:
+    """Why ``body`` is not a well-formed Responses stream carrying ``text`` (None: it is).
+
+    Every event has an ``event:`` line equal to its payload's type, sequence numbers
+    count from 0, the deltas spell ``text`` and the stream ends with
+    ``response.completed``.
+    """
+    if not body.endswith(b"\n\n"):
+        return "does not end at an event boundary"
+    deltas: list[str] = []
+    last: str | None = None
+    for seq, frame in enumerate(body[:-2].split(b"\n\n")):
+        event: str | None = None
+        data: Any = None
+        for line in frame.split(b"\n"):
+            if line.startswith(b"event: "):
+                event = line[7:].decode()
+            elif line.startswith(b"data: "):
+                data = json.loads(line[6:])
+        if data is None or event != data.get("type"):
+            return f"event {seq}: `event:` line {event!r} against {data!r}"
+        if data.get("sequence_number") != seq:
+            return f"event {seq}: sequence_number {data.get('sequence_number')}"
+        if event == "response.output_text.delta":
+            deltas.append(data["delta"])
+        last = event
+    if last != "response.completed":
+        return f"ends with {last}"
+    if "".join(deltas) != text:
+        return "text differs"
+    return None
+
+
+def check(lane: Lane, variant: Variant, body: bytes) -> str | None:
+    """Why a body received through ``lane`` is wrong (None: it is right)."""
+    if lane.translated:
+        return check_responses(body, "".join(streams.answer(variant.deltas)))
+    if body != streams.body(variant, lane.upstream_shape):
+        return "bytes differ from the upstream's"
+    return None
+
+
+def sdk_checks(by_name: dict[str, Lane]) -> list[Row]:
+    """The openai SDK's accumulators over proxai: pass-through Responses and Chat,
+    translated Responses. Each must rebuild the text the upstream sent."""
+    import openai
+
+    out: list[Row] = []
+    variant = Variant(20, PAUSE)
+    text = "".join(streams.answer(variant.deltas))
+    for name, api in (
+        ("proxai", "responses"),
+        ("proxai", "chat"),
+        ("proxai-translating", "responses"),
+    ):
+        lane = by_name.get(name)
+        if lane is None:
+            continue
+        client = openai.OpenAI(
+            base_url=f"http://127.0.0.1:{lane.target.port}/v1",
+            api_key="sk-client",
+            max_retries=0,
+            timeout=30,
+        )
+        problem = None
+        try:
+            if api == "responses":
+                with client.responses.stream(model=variant.model, input="hi") as stream:
+                    got = stream.get_final_response().output_text
+            else:
+                with client.chat.completions.stream(
+                    model=variant.model, messages=[{"role": "user", "content": "hi"}]
+                ) as chat:
+                    got = chat.get_final_completion().choices[0].message.content or ""
+            if got != text:
+                problem = f"text {got!r}"
+        except Exception as exc:  # the check reports any failure
+            problem = f"{type(exc).__name__}: {exc}"
+        out.append({"target": name, "api": api, "ok": problem is None, "problem": problem})
+        log("perevent sdk", out[-1])
+    return out
+
+
+# -- one cell -------------------------------------------------------------------------
+
+
+async def _cell(lane: Lane, variant: Variant, c: int, k: int) -> Row:
+    port = lane.target.port
+    shape = lane.client_shape
+    request = post_request(port, lane.path, streams.request_body(variant, shape))
+    warm = post_request(port, lane.path, streams.request_body(Variant(2, 0.0), shape))
+    connections = await asyncio.gather(*(connect(port) for _ in range(c)))
+    responses: list[Any] = []
+    try:
+        await asyncio.gather(*(exchange(r, w, warm, keep_body=False) for r, w in connections))
+        await asyncio.sleep(0.05)  # the warm-up's tail (log, metrics) before the count
+        cpu0, t0 = cpu_ns(lane.pids), time.perf_counter()
+
+        async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            for _ in range(k):
+                responses.append(await exchange(reader, writer, request))
+
+        await asyncio.gather(*(run(r, w) for r, w in connections))
+        wall = time.perf_counter() - t0
+        await asyncio.sleep(0.05)  # the last streams' tail
+        cpu = (cpu_ns(lane.pids) - cpu0) / 1e9 if lane.pids else float("nan")
+    finally:
+        for _, writer in connections:
+            writer.close()
+    problems = [
+        "incomplete" if not r.complete or r.status != 200 else check(lane, variant, bytes(r.body))
+        for r in responses
+    ]
+    bad = [p for p in problems if p]
+    return {
+        "streams": len(responses),
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "cpu_per_stream_us": cpu / len(responses) * 1e6,
+        "utilisation": cpu / wall,
+        "ttfb_ms": [r.first_byte * 1000 for r in responses],
+        "first_event_ms": [r.first_event * 1000 for r in responses],
+        "bad": len(bad),
+        "problem": bad[0] if bad else None,
+    }
+
+
+def cell(lane: Lane, mode: str, c: int, deltas: int, rep: int) -> Row:
+    variant = Variant(deltas, MODES[mode])
+    row: Row = {"target": lane.name, "mode": mode, "concurrency": c, "deltas": deltas, "rep": rep}
+    row.update(asyncio.run(_cell(lane, variant, c, STREAMS_PER_CONNECTION[c])))
+    shown = {k: v for k, v in row.items() if not k.endswith("_ms")}
+    log("perevent", {k: round(v, 4) if isinstance(v, float) else v for k, v in shown.items()})
+    return row
+
+
+# -- memory ---------------------------------------------------------------------------
+
+
+def held_memory(reps: int, count: int, upstream: int) -> list[Row]:
+    """RSS per held stream, fresh processes per repetition."""
+    raw: list[Row] = []
+    for rep in range(reps):
+        with lanes(MEMORY_TARGETS, upstream) as found:
+            for lane in found:
+                request = post_request(
+                    lane.target.port,
+                    lane.path,
+                    streams.request_body(Variant(hold=True), "responses"),
+                )
+                row = {**memory.measure(lane.target, count, request), "rep": rep}
+                log("perevent memory", row)
+                raw.append(row)
+    return raw
+
+
+def memory_split(upstream: int, count: int, protocol: str | None) -> Row:
+    """Who allocated the Python heap a held stream keeps in proxai (tracemalloc)."""
+    with workdir() as wd:
+        os.environ["TRACE_DIR"] = str(wd)
+        port = free_port()
+        process = proxai(
+            wd,
+            port,
+            upstream,
+            timeouts=TIMEOUTS,
+            protocol=protocol,
+            argv_prefix=[sys.executable, "-m", "bench.traced"],
+        )
+        del os.environ["TRACE_DIR"]
+        try:
+            wait_port(port)
+            request = post_request(
+                port, RESPONSES, streams.request_body(Variant(hold=True), "responses")
+            )
+
+            def signal_and_wait(name: str) -> Path:
+                os.kill(process.pid, signal.SIGUSR1)
+                path = wd / name
+                deadline = time.monotonic() + 60
+                while not path.exists():
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"no {name} from bench.traced")
+                    time.sleep(0.05)
+                return path
+
+            def snapshot(n: int) -> tracemalloc.Snapshot:
+                return tracemalloc.Snapshot.load(str(signal_and_wait(f"snap-{n}.pickle")))
+
+            signal_and_wait("started")
+            asyncio.run(memory.hold(port, 20, lambda: None, request))
+            time.sleep(0.5)
+            before = snapshot(0)
+            after = asyncio.run(memory.hold(port, count, lambda: snapshot(1), request))
+        finally:
+            stop([process])
+    parts: dict[str, float] = {}
+    lines: dict[str, float] = {}  # the owner's own line, for the largest items
+    for diff in after.compare_to(before, "traceback"):
+        frames = list(reversed(diff.traceback))
+        name = owner([frame.filename for frame in frames])
+        parts[name] = parts.get(name, 0.0) + diff.size_diff
+        where = next((f for f in frames if owner([f.filename]) == name), frames[0])
+        short = where.filename.split("/site-packages/")[-1].removeprefix(f"{ROOT}/")
+        line = f"{short}:{where.lineno}"
+        lines[line] = lines.get(line, 0.0) + diff.size_diff
+    total = sum(parts.values())
+    top = sorted(lines.items(), key=lambda kv: -kv[1])[:25]
+    return {
+        "protocol": protocol or "openai",
+        "streams": count,
+        "kib_per_stream": {k: v / count / 1024 for k, v in sorted(parts.items())},
+        "total_kib_per_stream": total / count / 1024,
+        "top_lines_kib": {k: v / count / 1024 for k, v in top},
+        "other": OTHER,
+    }
+
+
+# -- summaries ------------------------------------------------------------------------
+
+
+def cpu_summary(raw: list[Row]) -> list[Row]:
+    """Per target, mode and concurrency: marginal CPU per event and fixed CPU per
+    stream (each per repetition from its two lengths, then the median), and ratios to
+    the stock relay and to pass-through proxai taken per repetition."""
+    short, long = LENGTHS
+
+    def per_rep(target: str, mode: str, c: int) -> dict[int, tuple[float, float, float]]:
+        out = {}
+        for rep in {r["rep"] for r in raw}:
+            cells = {
+                r["deltas"]: r
+                for r in raw
+                if (r["target"], r["mode"], r["concurrency"], r["rep"]) == (target, mode, c, rep)
+            }
+            if short in cells and long in cells:
+                a, b = cells[short]["cpu_per_stream_us"], cells[long]["cpu_per_stream_us"]
+                marginal = (b - a) / (long - short)
+                out[rep] = (marginal, a - short * marginal, cells[long]["utilisation"])
+        return out
+
+    summary = []
+    keys = sorted(
+        {(r["target"], r["mode"], r["concurrency"]) for r in raw if r["cpu_s"] == r["cpu_s"]},
+        key=lambda k: (list(MODES).index(k[1]), k[2], ORDER.index(k[0])),
+    )
+    for target, mode, c in keys:
+        mine = per_rep(target, mode, c)
+        stock = per_rep(STOCK, mode, c)
+        passthrough = per_rep("proxai", mode, c)
+        row: Row = {
+            "target": target,
+            "mode": mode,
+            "concurrency": c,
+            "reps": len(mine),
+            "marginal_us": median([m for m, _, _ in mine.values()]),
+            "fixed_us": median([f for _, f, _ in mine.values()]),
+            "utilisation_long": median([u for _, _, u in mine.values()]),
+        }
+        row["events_per_core_s"] = 1e6 / row["marginal_us"] if row["marginal_us"] > 0 else 0
+        for label, base in (("stock", stock), ("proxai", passthrough)):
+            common_reps = set(mine) & set(base)
+            row[f"marginal_vs_{label}"] = median(
+                [mine[r][0] / base[r][0] for r in common_reps if base[r][0] > 0]
+            )
+            row[f"fixed_vs_{label}"] = median(
+                [mine[r][1] / base[r][1] for r in common_reps if base[r][1] > 0]
+            )
+        summary.append(row)
+    return summary
+
+
+def ttfb_summary(raw: list[Row], direct_of: dict[str, str]) -> list[Row]:
+    """Added time to first byte, paced cells (both lengths pooled), against the direct
+    lane of the same shape in the same repetition; p50 and p90, medians over reps."""
+    paced = [r for r in raw if r["mode"] == "paced"]
+    out = []
+    for c in sorted({r["concurrency"] for r in paced}):
+        for target in ORDER:
+            if target not in direct_of:
+                continue
+            added: dict[str, list[float]] = {"p50": [], "p90": []}
+            own: dict[str, list[float]] = {"p50": [], "p90": []}
+            for rep in sorted({r["rep"] for r in paced}):
+
+                def samples(name: str, rep: int = rep, c: int = c) -> list[float]:
+                    return [
+                        s
+                        for r in paced
+                        if (r["target"], r["concurrency"], r["rep"]) == (name, c, rep)
+                        for s in r["ttfb_ms"]
+                    ]
+
+                mine, base = samples(target), samples(direct_of[target])
+                if not mine or not base:
+                    continue
+                for q in (50, 90):
+                    own[f"p{q}"].append(percentile(mine, q))
+                    added[f"p{q}"].append(percentile(mine, q) - percentile(base, q))
+            if not own["p50"]:
+                continue
+            out.append(
+                {
+                    "target": target,
+                    "concurrency": c,
+                    "ttfb_p50_ms": median(own["p50"]),
+                    "ttfb_p90_ms": median(own["p90"]),
+                    "added_p50_ms": median(added["p50"]),
+                    "added_p90_ms": median(added["p90"]),
+                }
+            )
+    return out
+
+
+def memory_summary(raw: list[Row]) -> list[Row]:
+    out = []
+    for name in MEMORY_TARGETS:
+        rows = [r for r in raw if r["target"] == name]
+        if rows:
+            out.append(
+                {
+                    "target": name,
+                    "streams": rows[0]["streams"],
+                    "reps": len(rows),
+                    "rss_before_kb": median([r["rss_before_kb"] for r in rows]),
+                    "kb_per_stream": median([r["kb_per_stream"] for r in rows]),
+                }
+            )
+    return out
+
+
+# -- the run --------------------------------------------------------------------------
+
+
+def run(
+    reps: int,
+    concurrency: Sequence[int] = CONCURRENCY,
+    held_streams: int = 500,
+    split_streams: int = 200,
+) -> dict[str, Any]:
+    started = time.monotonic()
+    process, upstream = event_upstream()
+    try:
+        raw: list[Row] = []
+        with lanes(ORDER, upstream) as found:
+            by_name = {lane.name: lane for lane in found}
+            for lane in found:  # warm up (and check one paced stream of each)
+                cell(lane, "paced", 4, 2, -1)
+            sdk = sdk_checks(by_name)
+            for rep in range(reps):
+                for mode in MODES:
+                    for c in concurrency:
+                        # rotate the order so that no target always runs first
+                        shift = (rep + c) % len(found)
+                        for lane in found[shift:] + found[:shift]:
+                            if mode != "paced" and lane.name.startswith("direct"):
+                                continue
+                            for deltas in LENGTHS:
+                                raw.append(cell(lane, mode, c, deltas, rep))
+            direct_of = {lane.name: lane.direct for lane in found if lane.target.pid}
+        cpu_wall = time.monotonic() - started
+        held = held_memory(reps, held_streams, upstream)
+        split = [memory_split(upstream, split_streams, p) for p in (None, "openai_chat")]
+    finally:
+        stop([process])
+    upstream_bytes = {
+        shape: len(streams.body(Variant(d, PAUSE), shape))
+        for shape in ("responses", "chat")
+        for d in LENGTHS[:1]
+    }
+    return {
+        "raw": raw,
+        "cpu": cpu_summary(raw),
+        "ttfb": ttfb_summary(raw, direct_of),
+        "checks": {
+            "cells": len(raw),
+            "bad": sum(r["bad"] for r in raw),
+            "problems": sorted({f"{r['target']}: {r['problem']}" for r in raw if r["problem"]}),
+            "sdk": sdk,
+            "bytes_20_deltas": upstream_bytes,
+        },
+        "memory": {"raw": held, "summary": memory_summary(held), "split": split},
+        "settings": {
+            "pause_ms": PAUSE * 1000,
+            "lengths": list(LENGTHS),
+            "concurrency": list(concurrency),
+            "streams_per_connection": STREAMS_PER_CONNECTION,
+            "held_streams": held_streams,
+            "split_streams": split_streams,
+            "cpu_wall_s": cpu_wall,
+        },
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="one rep, c=1 and 16, few streams")
+    args = parser.parse_args()
+    if not have_tools("nginx", "taskset"):
+        return 2
+    pin_driver()
+    result = run(1, (1, 16), 100, 50) if args.quick else run(args.reps)
+    save("perevent", result)
+    for row in result["cpu"]:
+        print({k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()})
+    for row in result["ttfb"]:
+        print({k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()})
+    print(json.dumps(result["memory"]["summary"]), json.dumps(result["memory"]["split"]))
+    print(json.dumps(result["checks"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""What the three encoders do alike with an event, before their API's frames are written.
+
+An encoder starts its response on the first event that is not a delta (a
+:class:`~proxai.translate.ir.Failed` may come without a
+:class:`~proxai.translate.ir.Started`), keeps the latest usage counts, and
+ignores everything after its terminal event. The response's id is the
+upstream's under the client API's prefix. Subclasses write the frames in the
+hooks; one place routes events, so the three cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+from ..ir import (
+    Event,
+    Failed,
+    Finished,
+    ItemDelta,
+    ItemDone,
+    ItemStarted,
+    Started,
+    TranslationContext,
+    Usage,
+)
+from .common import derive_id, merge_usage
+
+__all__ = ["EncoderBase"]
+
+
+class EncoderBase(abc.ABC):
+    """The event routing and lifecycle of one client response; the frames are the subclass's."""
+
+    #: The client API's response id prefix (``chatcmpl-``, ``msg_``, ``resp_``).
+    ID_PREFIX: ClassVar[str]
+
+    def __init__(self, ctx: TranslationContext) -> None:
+        self._ctx = ctx
+        self._id = ""
+        self._model = ctx.model or ""
+        self._started = False
+        self._finished = False
+        self._usage = Usage()
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def feed(self, event: Event) -> bytes:
+        if self._finished:
+            return b""
+        if isinstance(event, ItemDelta):
+            return self._item_delta(event)  # an item is open, so the response started
+        out = b"" if self._started or isinstance(event, Started) else self._start(Started())
+        if isinstance(event, Started):
+            out += self._start(event)
+        elif isinstance(event, ItemStarted):
+            out += self._item_started(event)
+        elif isinstance(event, ItemDone):
+            out += self._item_done(event)
+        elif isinstance(event, Usage):
+            self._usage = merge_usage(self._usage, event)
+        elif isinstance(event, Finished):
+            out += self._finish(event)
+        elif isinstance(event, Failed):
+            out += self._failed(event)
+        return out
+
+    def _start(self, event: Started) -> bytes:
+        """Start the response once (ids and model fixed here), with its opening frames."""
+        if self._started:
+            return b""
+        self._started = True
+        self._id = derive_id(event.id, self.ID_PREFIX)
+        self._model = self._ctx.model or event.model or "unknown"
+        return self._opened(event)
+
+    @abc.abstractmethod
+    def _opened(self, event: Started) -> bytes:
+        """The frames that open the response."""
+
+    @abc.abstractmethod
+    def _item_started(self, event: ItemStarted) -> bytes: ...
+
+    @abc.abstractmethod
+    def _item_delta(self, event: ItemDelta) -> bytes: ...
+
+    @abc.abstractmethod
+    def _item_done(self, event: ItemDone) -> bytes: ...
+
+    @abc.abstractmethod
+    def _finish(self, event: Finished) -> bytes:
+        """The normal end: the last frames; sets ``_finished``."""
+
+    @abc.abstractmethod
+    def _failed(self, event: Failed) -> bytes:
+        """The upstream's in-band error as the client API's; sets ``_finished``."""
