@@ -24,6 +24,7 @@ from ..errors import ProxyError
 from ..outcome import OutcomeKind
 from ..protocols.table import UPSTREAM_PROTOCOLS
 from ..wire.headers import Headers, request_headers_for_upstream
+from .transport import PoolTransport
 
 __all__ = [
     "ConnectionState",
@@ -200,16 +201,12 @@ class UpstreamClient:
             [transport]
             if transport is not None
             else [
-                httpx.AsyncHTTPTransport(
+                PoolTransport(
                     verify=verify,
-                    limits=httpx.Limits(
-                        max_connections=None,
-                        max_keepalive_connections=math.ceil(
-                            upstream.max_idle_connections / POOL_SHARDS
-                        ),
-                        keepalive_expiry=upstream.keepalive_expiry,
+                    max_keepalive_connections=math.ceil(
+                        upstream.max_idle_connections / POOL_SHARDS
                     ),
-                    trust_env=False,
+                    keepalive_expiry=upstream.keepalive_expiry,
                 )
                 for _ in range(POOL_SHARDS)
             ]
@@ -222,10 +219,9 @@ class UpstreamClient:
             await transport.aclose()
 
     def _pools(self) -> list[httpcore.AsyncConnectionPool]:
-        # httpx keeps its httpcore pool in a private attribute; a transport without one
-        # (a test's in-memory transport) has no connections to sweep.
-        pools = [getattr(t, "_pool", None) for t in self._transports]
-        return [p for p in pools if isinstance(p, httpcore.AsyncConnectionPool)]
+        # A transport without a pool (a test's in-memory transport) has no connections
+        # to sweep.
+        return [t.pool for t in self._transports if isinstance(t, PoolTransport)]
 
     def pool_statistics(self) -> PoolStatistics:
         connections = [c for p in self._pools() for c in p.connections if not c.is_closed()]
