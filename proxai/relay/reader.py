@@ -112,6 +112,15 @@ async def read_body(
             if framer is None:
                 await send(channel, Body(data, (), at))
                 continue
+            if decoder is None and framer.pending + len(data) <= max_event_bytes:
+                # The common read, inline: one undecoded read that cannot overflow.
+                frames = framer.feed(data)
+                message = Body(b"".join([f.raw for f in frames]) if frames else b"", frames, at)
+                try:
+                    channel.send_nowait(message)
+                except trio.WouldBlock:
+                    await send(channel, message)
+                continue
             pieces = decoder.feed(data) if decoder is not None else (data,)
             if not await _frame(pieces, framer, channel, clock, at, max_event_bytes):
                 return

@@ -330,7 +330,10 @@ class Relay:
                 data = self._client_bytes(message)
                 if data:
                     forwarded = True
-                    await self._to_writer(client, data)
+                    try:  # _to_writer's first step, inline: this runs once per event
+                        client.send_nowait(data)
+                    except trio.WouldBlock:
+                        await self._to_writer(client, data)
                 continue
             assert isinstance(message, End)
             verdict = self._observer.on_end(

@@ -212,5 +212,9 @@ class Writer:
         self._outcome.bytes_out += len(data)
         if self._tap is not None:
             self._tap.client.add(data)
-        with self._sending():
+        # _sending(), inline: this runs once per relayed event.
+        self.writing_since = trio.current_time()
+        try:
             await self._downstream.send_body(data)
+        finally:
+            self.writing_since = None
