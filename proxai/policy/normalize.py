@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from ..config import NormalizeConfig
+from ..wire.json_body import dumps_kept
 
 __all__ = ["normalize_body"]
 
@@ -90,4 +89,4 @@ def normalize_body(
     if upstream_model is not None and data.get("model") != upstream_model:
         data["model"] = upstream_model
         changed = True
-    return orjson.dumps(data) if changed else body
+    return dumps_kept(data) if changed else body

@@ -51,7 +51,7 @@ from ..translate.pairs import translate, upstream_api
 from ..translate.requests import estimate_input_tokens
 from ..upstream.client import UpstreamClient
 from ..wire.headers import Headers
-from ..wire.json_body import load_json_object
+from ..wire.json_body import dumps_kept, load_json_object
 from ..wire.query import query_for_upstream
 from .asgi_io import AsgiDownstream, ASGIReceive, ASGISend, read_body, send_plain
 from .gate import Gate
@@ -405,6 +405,24 @@ class ProxaiApp:
         )
         if capture is not None:
             capture.request.add(body)
+        exchange = await self._exchange(incoming, body, downstream, outcome)
+        if exchange is None:
+            return
+        on_attempt = self._metrics.attempt if self._metrics is not None else None
+        relay = Relay(exchange, downstream, outcome, tap=capture, on_attempt=on_attempt)
+        self._relays.add(relay)
+        try:
+            await relay.run()
+        finally:
+            self._relays.discard(relay)
+
+    async def _exchange(
+        self, incoming: Incoming, body: bytes, downstream: AsgiDownstream, outcome: Outcome
+    ) -> Exchange | None:
+        """Everything decided about a request before the relay (``None``: proxai answered
+        it itself). The parsed body dies here: a long stream keeps only the bytes each
+        upstream is sent, not the client's request as Python objects."""
+        server = self.config.server
         prepared = self._prepare(incoming, body, outcome)
         route = self._route(incoming, prepared.model)
         outcome.route = route.name
@@ -412,7 +430,7 @@ class ProxaiApp:
             upstream = self._clients[route.upstreams[0]].config
             if upstream.protocol is not UpstreamKind.ANTHROPIC_MESSAGES:
                 await self._count_tokens_locally(incoming, downstream, prepared, outcome)
-                return
+                return None
         targets = {
             name: self._target(name, body, incoming, prepared, route.upstream_model)
             for name in dict.fromkeys(route.upstreams)
@@ -425,7 +443,7 @@ class ProxaiApp:
             incoming.headers,
             first_byte_applies=prepared.streaming,
         )
-        exchange = Exchange(
+        return Exchange(
             request,
             targets,
             RetryPlan(route.upstreams, self.config.retries),
@@ -436,13 +454,6 @@ class ProxaiApp:
             can_abort=not incoming.http2,
             response_headers=incoming.id_header,
         )
-        on_attempt = self._metrics.attempt if self._metrics is not None else None
-        relay = Relay(exchange, downstream, outcome, tap=capture, on_attempt=on_attempt)
-        self._relays.add(relay)
-        try:
-            await relay.run()
-        finally:
-            self._relays.discard(relay)
 
     def _prepare(self, incoming: Incoming, body: bytes, outcome: Outcome) -> _Prepared:
         """Check and project the body of a generation request; pick its observer.
@@ -506,11 +517,11 @@ class ProxaiApp:
         return UpstreamTarget(
             client,
             client.timeouts,
-            orjson.dumps(translated.body),
+            dumps_kept(translated.body),
             observer_factory=lambda timeouts: upstream.observer(timeouts, None),
             raw_path=upstream.path.encode(),
             query=b"",
-            translator=translated.translator,
+            translator=translated.translator(),
         )
 
     async def _count_tokens_locally(

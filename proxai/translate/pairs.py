@@ -7,6 +7,7 @@ built from the row, or none when the upstream speaks the client's API.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import attrs
@@ -19,7 +20,7 @@ from .encoders import encoder_for
 from .ir import TranslationContext
 from .options import TranslationOptions
 from .requests import TRANSLATORS, translate_request
-from .stream import ResponseTranslator
+from .stream import ResponseTranslator, TranslatorFactory
 
 __all__ = ["PAIRS", "Pair", "TranslatedRequest", "translate", "upstream_api"]
 
@@ -63,8 +64,10 @@ class TranslatedRequest:
     context: TranslationContext
     pair: Pair
 
-    def translator(self) -> ResponseTranslator:
-        return self.pair.translator(self.context)
+    def translator(self) -> TranslatorFactory:
+        """Builds the response's translator; holds the context, not the translated body
+        (a stream must not keep the request alive)."""
+        return functools.partial(self.pair.translator, self.context)
 
 
 def translate(
