@@ -158,7 +158,7 @@ class Outcome:
     anomalies: list[str] = attrs.field(factory=list)  # odd upstream input, forwarded anyway
     #: ``responses→chat`` when the request was translated (client API → upstream API).
     translation: str | None = None
-    #: Request fields the translation dropped (dotted paths), e.g. ``tools[1] (web_search)``.
+    #: Request fields the translation dropped (dotted paths), e.g. ``tools.web_search``.
     dropped: list[str] = attrs.field(factory=list)
 
     def as_dict(self) -> dict[str, object]:
