@@ -1,4 +1,4 @@
-"""The upstream client: the only module that knows httpx.
+"""The upstream client: httpx as proxai uses it (with this package's two transports).
 
 httpx runs natively on trio, so cancelling the task that reads a response
 closes that response's connection (an unfinished HTTP/1.1 response can never go
@@ -24,6 +24,7 @@ from ..errors import ProxyError
 from ..outcome import OutcomeKind
 from ..protocols.table import UPSTREAM_PROTOCOLS
 from ..wire.headers import Headers, request_headers_for_upstream
+from .h11_transport import H11Pool, H11Transport
 from .transport import PoolTransport
 
 __all__ = [
@@ -200,16 +201,7 @@ class UpstreamClient:
         self._transports: list[httpx.AsyncBaseTransport] = (
             [transport]
             if transport is not None
-            else [
-                PoolTransport(
-                    verify=verify,
-                    max_keepalive_connections=math.ceil(
-                        upstream.max_idle_connections / POOL_SHARDS
-                    ),
-                    keepalive_expiry=upstream.keepalive_expiry,
-                )
-                for _ in range(POOL_SHARDS)
-            ]
+            else [self._new_transport(upstream, verify) for _ in range(POOL_SHARDS)]
         )
         self._busy = [0] * len(self._transports)  # requests in flight per pool
         self._timeouts = {"connect": timeouts.connect, "read": None, "write": None, "pool": None}
@@ -218,10 +210,26 @@ class UpstreamClient:
         for transport in self._transports:
             await transport.aclose()
 
-    def _pools(self) -> list[httpcore.AsyncConnectionPool]:
+    def _new_transport(
+        self, upstream: UpstreamConfig, verify: ssl.SSLContext | bool
+    ) -> httpx.AsyncBaseTransport:
+        """A plain-http upstream (a local vLLM, llama.cpp) gets the lean h11 transport;
+        https keeps httpcore's pool (TLS and its verification)."""
+        idle = math.ceil(upstream.max_idle_connections / POOL_SHARDS)
+        if self._base.scheme == "http":
+            return H11Transport(
+                max_keepalive_connections=idle, keepalive_expiry=upstream.keepalive_expiry
+            )
+        return PoolTransport(
+            verify=verify,
+            max_keepalive_connections=idle,
+            keepalive_expiry=upstream.keepalive_expiry,
+        )
+
+    def _pools(self) -> list[httpcore.AsyncConnectionPool | H11Pool]:
         # A transport without a pool (a test's in-memory transport) has no connections
         # to sweep.
-        return [t.pool for t in self._transports if isinstance(t, PoolTransport)]
+        return [t.pool for t in self._transports if isinstance(t, PoolTransport | H11Transport)]
 
     def pool_statistics(self) -> PoolStatistics:
         connections = [c for p in self._pools() for c in p.connections if not c.is_closed()]

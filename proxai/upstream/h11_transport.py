@@ -1,0 +1,219 @@
+"""A lean HTTP/1.1 transport for plain-http upstreams: h11 on trio sockets, behind httpx.
+
+A streamed response from a local vLLM or llama.cpp pays its read path once per
+event: through httpcore that is an async generator per layer and an exception-
+mapping block per h11 event. Here one connection object reads the socket, feeds
+h11 and yields the body's bytes, with nothing entered per read. httpx stays the
+client API (this is an ``httpx.AsyncBaseTransport``); https upstreams keep
+:class:`~proxai.upstream.transport.PoolTransport` (TLS, verification).
+
+A connection goes back to the pool only when its response was read to the end
+and both sides may start another cycle; any other end closes it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import h11
+import httpx
+import trio
+
+__all__ = ["H11Pool", "H11Transport"]
+
+READ_SIZE = 64 * 1024
+
+
+class H11Connection:
+    """One keep-alive connection to the upstream."""
+
+    def __init__(self, stream: trio.SocketStream, keepalive_expiry: float) -> None:
+        self._stream = stream
+        self._h11 = h11.Connection(h11.CLIENT)
+        self._expiry = keepalive_expiry
+        self._idle_since: float | None = None
+        self._closed = False
+
+    def is_idle(self) -> bool:
+        return self._idle_since is not None and not self._closed
+
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def has_expired(self) -> bool:
+        """Idle past the keep-alive expiry, or closed by the server meanwhile (an idle
+        connection that turns readable has nothing to say but its end)."""
+        if self._idle_since is None:
+            return False
+        return (
+            time.monotonic() - self._idle_since > self._expiry or self._stream.socket.is_readable()
+        )
+
+    def take(self) -> None:
+        self._idle_since = None
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self._idle_since = None
+        await self._stream.aclose()
+
+    async def send(self, request: httpx.Request) -> tuple[int, list[tuple[bytes, bytes]]]:
+        """Write the request; the response's status and headers."""
+        url = request.url
+        head = h11.Request(
+            method=request.method, target=url.raw_path, headers=list(request.headers.raw)
+        )
+        try:
+            await self._stream.send_all(self._h11.send(head) or b"")
+            assert isinstance(request.stream, httpx.AsyncByteStream)
+            async for chunk in request.stream:
+                await self._stream.send_all(self._h11.send(h11.Data(data=chunk)) or b"")
+            await self._stream.send_all(self._h11.send(h11.EndOfMessage()) or b"")
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise httpx.WriteError(str(exc) or type(exc).__name__) from exc
+        except h11.LocalProtocolError as exc:
+            raise httpx.LocalProtocolError(str(exc)) from exc
+        while True:
+            event = await self._next_event()
+            if isinstance(event, h11.Response):
+                return event.status_code, list(event.headers.raw_items())
+            if isinstance(event, h11.ConnectionClosed):
+                raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+            # InformationalResponse (100 Continue and the like): wait for the real one.
+
+    async def _next_event(self) -> h11.Event | type[h11.PAUSED]:
+        while True:
+            try:
+                event = self._h11.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise httpx.RemoteProtocolError(str(exc)) from exc
+            if event is not h11.NEED_DATA:
+                return event  # type: ignore[return-value]  # NEED_DATA is ruled out
+            try:
+                data = await self._stream.receive_some(READ_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
+            if not data and self._h11.their_state is h11.SEND_RESPONSE:
+                raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+            self._h11.receive_data(data)
+
+    async def body(self) -> AsyncIterator[bytes]:
+        """The response body's bytes as they arrive."""
+        while True:
+            event = await self._next_event()
+            if isinstance(event, h11.Data):
+                yield bytes(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                return
+            elif isinstance(event, h11.ConnectionClosed):
+                raise httpx.RemoteProtocolError(
+                    "peer closed connection without sending complete message body"
+                )
+
+    def reusable(self) -> bool:
+        """The exchange ended cleanly and both sides may go on: start the next cycle."""
+        if self._h11.our_state is h11.DONE and self._h11.their_state is h11.DONE:
+            self._h11.start_next_cycle()
+            return True
+        return False
+
+    def release(self) -> None:
+        self._idle_since = time.monotonic()
+
+
+class H11Pool:
+    """The connections to one origin (sweeps read :attr:`connections`)."""
+
+    def __init__(self, max_keepalive_connections: int, keepalive_expiry: float) -> None:
+        self.connections: list[H11Connection] = []
+        self._max_idle = max_keepalive_connections
+        self._expiry = keepalive_expiry
+
+    async def acquire(self, host: str, port: int, connect_timeout: float | None) -> H11Connection:
+        """The first idle connection still good, else a new one."""
+        for connection in self.connections:
+            if connection.is_idle():
+                if connection.has_expired():
+                    await self._drop(connection)
+                    continue
+                connection.take()
+                return connection
+        try:
+            with trio.fail_after(float("inf") if connect_timeout is None else connect_timeout):
+                stream = await trio.open_tcp_stream(host, port)
+        except trio.TooSlowError as exc:
+            raise httpx.ConnectTimeout(f"timed out connecting to {host}:{port}") from exc
+        except OSError as exc:
+            raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
+        connection = H11Connection(stream, self._expiry)
+        self.connections.append(connection)
+        return connection
+
+    async def release(self, connection: H11Connection, *, reuse: bool) -> None:
+        idle = sum(1 for c in self.connections if c.is_idle())
+        if reuse and not connection.is_closed() and idle < self._max_idle:
+            connection.release()
+            return
+        await self._drop(connection)
+
+    async def _drop(self, connection: H11Connection) -> None:
+        if connection in self.connections:
+            self.connections.remove(connection)
+        if not connection.is_closed():
+            with trio.CancelScope(shield=True):
+                await connection.aclose()
+
+    async def aclose(self) -> None:
+        for connection in list(self.connections):
+            await self._drop(connection)
+
+
+class _Body(httpx.AsyncByteStream):
+    def __init__(self, pool: H11Pool, connection: H11Connection) -> None:
+        self._pool = pool
+        self._connection = connection
+        self._complete = False
+        self._released = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for part in self._connection.body():
+            yield part
+        self._complete = True
+
+    async def aclose(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        reuse = self._complete and self._connection.reusable()
+        await self._pool.release(self._connection, reuse=reuse)
+
+
+class H11Transport(httpx.AsyncBaseTransport):
+    """HTTP/1.1 over plain TCP to one upstream origin, pooled."""
+
+    def __init__(self, *, max_keepalive_connections: int, keepalive_expiry: float) -> None:
+        self.pool = H11Pool(max_keepalive_connections, keepalive_expiry)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        if url.scheme != "http":
+            raise httpx.UnsupportedProtocol(
+                f"the lean transport speaks http only, not {url.scheme}"
+            )
+        timeouts = request.extensions.get("timeout", {})
+        connection = await self.pool.acquire(url.host, url.port or 80, timeouts.get("connect"))
+        try:
+            status, headers = await connection.send(request)
+        except BaseException:
+            await self.pool.release(connection, reuse=False)
+            raise
+        return httpx.Response(
+            status_code=status,
+            headers=headers,
+            stream=_Body(self.pool, connection),
+            extensions={"http_version": b"HTTP/1.1"},
+        )
+
+    async def aclose(self) -> None:
+        await self.pool.aclose()
