@@ -11,7 +11,8 @@
 #   outcome.py, errors.py, config.py, converters.py: the records everything shares
 #
 # I/O, each layer using the ones above it:
-#   upstream/   the upstream HTTP client (the only code that knows httpx)
+#   upstream/   the upstream HTTP client and its two transports (the only product code
+#               that knows httpx, httpcore and h11; testing/ plays upstreams on h11)
 #   relay/      one request's nursery: attempts, reader, observer task, writer;
 #               ending.py and messages.py are the relay's sans-io part
 #   service/    the ASGI app, admission (gate), live view, hypercorn server, workers
