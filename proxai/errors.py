@@ -15,13 +15,14 @@ import enum
 import attrs
 import orjson
 
-from .outcome import OutcomeKind
+from .outcome import TRY_AGAIN, OutcomeKind
 
 __all__ = [
     "SHUTDOWN_MESSAGE",
     "ErrorShape",
     "ProxyError",
     "anthropic_error_type",
+    "ending_code",
     "error_body",
     "shutdown_error",
 ]
@@ -105,3 +106,22 @@ def shutdown_error(message: str = SHUTDOWN_MESSAGE) -> ProxyError:
         headers=((b"retry-after", b"1"),),
         kind=OutcomeKind.SHUTDOWN,
     )
+
+
+#: The codes of an upstream body that ended short, by how it ended.
+_UPSTREAM_END_CODES = {
+    OutcomeKind.UPSTREAM_EOF: "upstream_closed",
+    OutcomeKind.UPSTREAM_RESET: "upstream_reset",
+    OutcomeKind.UPSTREAM_EVENT_TOO_LARGE: "upstream_event_too_large",
+}
+
+
+def ending_code(kind: OutcomeKind) -> str:
+    """The error ``code`` proxai gives a stream it ends as ``kind``: the same whether it
+    says so as an HTTP error before the first byte or in the client's stream after it."""
+    if kind is OutcomeKind.SHUTDOWN:
+        return "proxy_shutting_down"
+    code = _UPSTREAM_END_CODES.get(kind)
+    if code is not None:
+        return code
+    return "upstream_timeout" if kind in TRY_AGAIN else "server_error"

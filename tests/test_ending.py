@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from proxai.errors import ending_code
 from proxai.outcome import OutcomeKind
 from proxai.protocols.observer import Verdict
 from proxai.relay.ending import decide, head_timeout
@@ -87,3 +88,23 @@ def test_no_headers_in_time_names_the_deadline_that_passed() -> None:
     assert (first.status, first.kind) == (504, OutcomeKind.STALLED_FIRST_BYTE)
     assert "60.0 s (proxai first_byte timeout)" in first.message
     assert (total.status, total.kind) == (504, OutcomeKind.TOTAL_TIMEOUT)
+
+
+@pytest.mark.parametrize(
+    ("kind", "code"),
+    [
+        (OutcomeKind.UPSTREAM_EOF, "upstream_closed"),
+        (OutcomeKind.UPSTREAM_EVENT_TOO_LARGE, "upstream_event_too_large"),
+        (OutcomeKind.STALLED_TOOL_ARGUMENTS, "upstream_timeout"),
+        (OutcomeKind.SHUTDOWN, "proxy_shutting_down"),
+        (OutcomeKind.CLIENT_STALLED, "server_error"),
+    ],
+)
+def test_a_stream_ended_by_proxai_gets_one_code_before_or_after_its_first_byte(
+    kind: OutcomeKind, code: str
+) -> None:
+    assert ending_code(kind) == code
+    if kind is not OutcomeKind.CLIENT_STALLED:  # never before the first byte
+        verdict = Verdict(kind, "ended")
+        error = decide(verdict, status=200, forwarded=False, finished=False, can_abort=True).error
+        assert error is not None and error.code == code

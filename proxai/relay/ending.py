@@ -13,17 +13,11 @@ from __future__ import annotations
 
 import attrs
 
-from ..errors import ProxyError, shutdown_error
+from ..errors import ProxyError, ending_code, shutdown_error
 from ..outcome import CUT_SHORT, UPSTREAM_CUT_SHORT, OutcomeKind
 from ..protocols.observer import Verdict
 
 __all__ = ["Ending", "client_gone", "decide", "error_before_first_byte", "head_timeout"]
-
-_UPSTREAM_END_CODES = {
-    OutcomeKind.UPSTREAM_EOF: "upstream_closed",
-    OutcomeKind.UPSTREAM_RESET: "upstream_reset",
-    OutcomeKind.UPSTREAM_EVENT_TOO_LARGE: "upstream_event_too_large",
-}
 
 
 @attrs.frozen
@@ -95,7 +89,7 @@ def error_before_first_byte(verdict: Verdict) -> ProxyError:
     if verdict.kind is OutcomeKind.SHUTDOWN:
         return shutdown_error(message)
     if verdict.kind in UPSTREAM_CUT_SHORT:
-        code = _UPSTREAM_END_CODES[verdict.kind]
+        code = ending_code(verdict.kind)
         return ProxyError(502, message, "server_error", code=code, kind=verdict.kind)
     return ProxyError(504, message, "server_error", code="upstream_timeout", kind=verdict.kind)
 

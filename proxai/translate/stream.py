@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 import orjson
 
+from ..errors import ending_code
 from ..outcome import TRY_AGAIN, OutcomeKind
 from ..protocols.observer import Verdict
 from ..wire.sse import SSEFrame
@@ -94,7 +95,7 @@ class ResponseTranslator:
                 return out
         message = verdict.detail or "the upstream stream ended before its terminal event"
         return out + encoder.fail(
-            message, code=_code(verdict.kind), try_again=verdict.kind in TRY_AGAIN
+            message, code=ending_code(verdict.kind), try_again=verdict.kind in TRY_AGAIN
         )
 
     # -- whole bodies ----------------------------------------------------------------------
@@ -121,16 +122,6 @@ class ResponseTranslator:
                 self.failed = True
             self._encoder.feed(event)
         return self._encoder.body()
-
-
-def _code(kind: OutcomeKind) -> str:
-    if kind in (OutcomeKind.UPSTREAM_EOF, OutcomeKind.UPSTREAM_RESET):
-        return "upstream_closed" if kind is OutcomeKind.UPSTREAM_EOF else "upstream_reset"
-    if kind is OutcomeKind.SHUTDOWN:
-        return "proxy_shutting_down"
-    if kind in TRY_AGAIN:
-        return "upstream_timeout"
-    return "server_error"
 
 
 #: Builds a response's translator (one per attempt: each gets a fresh one).
