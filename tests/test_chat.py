@@ -13,7 +13,7 @@ from trio.testing import MockClock
 from proxai.config import TimeoutsConfig
 from proxai.outcome import Outcome, OutcomeKind
 from proxai.protocols.chat.observer import ChatObserver
-from proxai.testing import Close, Script, Send, Sleep, Stall
+from proxai.testing import Close, Script, Send, Sleep, Stall, chat_chunk
 from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.streams import FAST_TIMEOUTS, data_frames
 from proxai.wire.sse import SSEFramer
@@ -27,14 +27,7 @@ DONE = b"data: [DONE]\n\n"
 
 
 def chunk(delta: dict[str, Any] | None = None, finish: str | None = None, index: int = 0) -> bytes:
-    body = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "gpt-4o",
-        "choices": [{"index": index, "delta": delta or {}, "finish_reason": finish}],
-    }
-    return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
+    return chat_chunk(delta or {}, finish, index=index)
 
 
 def call_start(index: int, name: str) -> bytes:

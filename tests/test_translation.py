@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from proxai.outcome import OutcomeKind
-from proxai.testing import Script, Send, Sleep, Stall
+from proxai.testing import Script, Send, Sleep, Stall, chat_chunk
 from proxai.testing.streams import FAST_TIMEOUTS
 from tests.fixtures import FIXTURES
 
@@ -34,15 +34,7 @@ WEATHER_TOOL = {
 
 def chunk(delta: dict[str, Any] | None = None, finish: str | None = None, **extra: Any) -> bytes:
     """One ``chat.completion.chunk`` line as vLLM or llama.cpp send it."""
-    body: dict[str, Any] = {
-        "id": "chatcmpl-7",
-        "object": "chat.completion.chunk",
-        "created": 1767225600,
-        "model": "qwen3-coder",
-        "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}],
-        **extra,
-    }
-    return b"data: " + orjson.dumps(body) + b"\n\n"
+    return chat_chunk(delta, finish, model="qwen3-coder", id="chatcmpl-7", **extra)
 
 
 USAGE = {

@@ -15,6 +15,7 @@ from .upstream import (
     Send,
     Sleep,
     Stall,
+    chat_chunk,
     sse_event,
 )
 
@@ -27,6 +28,7 @@ __all__ = [
     "Send",
     "Sleep",
     "Stall",
+    "chat_chunk",
     "open_proxai",
     "sse_event",
 ]

@@ -72,6 +72,31 @@ Step = Send | Sleep | Stall | Close | Reset
 SSE_HEADERS: tuple[tuple[str, str], ...] = (("content-type", "text/event-stream; charset=utf-8"),)
 
 
+def chat_chunk(
+    delta: dict[str, Any] | None = None,
+    finish: str | None = None,
+    *,
+    index: int = 0,
+    model: str = "gpt-4o",
+    id: str = "chatcmpl-1",
+    created: int = 1767225600,
+    **extra: Any,
+) -> bytes:
+    """One data-only ``chat.completion.chunk`` line, as Chat servers stream them: choice
+    ``index`` carries ``delta`` (``None``: a ``choices: []`` chunk, like the usage one);
+    ``extra`` adds top-level fields (``usage=...``)."""
+    choices = [] if delta is None else [{"index": index, "delta": delta, "finish_reason": finish}]
+    body = {
+        "id": id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": choices,
+        **extra,
+    }
+    return sse_event(body, event="")
+
+
 def sse_event(data: dict[str, Any] | bytes | str, event: str | None = None) -> bytes:
     """One SSE event as OpenAI frames it: ``event: <type>`` and one compact ``data:`` line.
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from proxai.testing import RecordedRequest, Script, Stall, sse_event
+from proxai.testing import RecordedRequest, Script, Stall, chat_chunk
 
 __all__ = [
     "DONE",
@@ -64,16 +64,7 @@ def pieces(text: str, size: int = 7) -> list[str]:
 
 def chunk(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any) -> bytes:
     """One data-only ``chat.completion.chunk`` line; ``delta=None`` is a ``choices: []`` chunk."""
-    choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]
-    body = {
-        "id": "chatcmpl-scripted",
-        "object": "chat.completion.chunk",
-        "created": 1767225600,
-        "model": MODEL,
-        "choices": choices,
-        **extra,
-    }
-    return sse_event(body, event="")
+    return chat_chunk(delta, finish, model=MODEL, id="chatcmpl-scripted", **extra)
 
 
 def _ending(finish: str) -> list[bytes]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from proxai.testing import sse_event
+from proxai.testing import chat_chunk, sse_event
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST
 from proxai.testing.streams import data_frames
 
@@ -118,14 +118,7 @@ RESPONSES = Kit(
 
 
 def _chat(delta: dict[str, Any], finish: str | None = None) -> bytes:
-    body = {
-        "id": "c",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "m",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-    return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
+    return chat_chunk(delta, finish, model="m")
 
 
 def _chat_call(index: int) -> bytes:
