@@ -403,6 +403,97 @@ def test_reasoning_that_is_not_proxais_carrier_is_dropped_never_a_user_message()
     assert "gAAAAB" not in json.dumps(out)
 
 
+def _reasoning_then_call(reasoning: dict[str, JSON]) -> dict[str, JSON]:
+    call = {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": "{}"}
+    return {"model": "m", "input": [{"role": "user", "content": "go"}, reasoning, call]}
+
+
+@pytest.mark.parametrize(
+    ("reasoning", "restored"),
+    [
+        # As proxai streamed it and the openai SDK hands it back (no carrier asked for).
+        (
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": "Check the tests."}],
+            },
+            "Check the tests.",
+        ),
+        (
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [],
+                "content": [
+                    {"type": "reasoning_text", "text": "Check "},
+                    {"type": "reasoning_text", "text": "the tests."},
+                ],
+            },
+            "Check the tests.",
+        ),
+        # Only a summary (an OpenAI turn before a fail-over): its parts, one per paragraph.
+        (
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [
+                    {"type": "summary_text", "text": "**Plan** Run the tests."},
+                    {"type": "summary_text", "text": "Then fix."},
+                ],
+                "encrypted_content": "gAAAAB-openai-blob",
+            },
+            "**Plan** Run the tests.\n\nThen fix.",
+        ),
+        # The item's own text wins over its summary; proxai's carrier over both.
+        (
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [{"type": "summary_text", "text": "short"}],
+                "content": [{"type": "reasoning_text", "text": "long"}],
+            },
+            "long",
+        ),
+        (
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": "long"}],
+                "encrypted_content": wrap_reasoning("long"),
+            },
+            "long",
+        ),
+    ],
+)
+def test_reasoning_comes_back_from_the_items_own_text_or_summary(
+    reasoning: dict[str, JSON], restored: str
+) -> None:
+    out, ctx = translate(RESPONSES, CHAT, _reasoning_then_call(reasoning))
+    assistant = out["messages"][-1]
+    assert assistant["reasoning_content"] == restored
+    assert assistant["tool_calls"][0]["id"] == "c1"
+    assert "input.reasoning" not in ctx.dropped
+    assert "gAAAAB" not in json.dumps(out)
+
+
+@pytest.mark.parametrize(
+    "reasoning",
+    [
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "content": []},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": ""}]},
+        {"type": "reasoning", "summary": "not a list", "content": [{"type": "other"}, 7]},
+    ],
+)
+def test_a_reasoning_item_with_no_text_is_dropped(reasoning: dict[str, JSON]) -> None:
+    out, ctx = translate(RESPONSES, CHAT, _reasoning_then_call(reasoning))
+    assert "reasoning_content" not in out["messages"][-1]
+    assert ctx.dropped == ["input.reasoning"]
+
+
 def test_restored_reasoning_with_no_assistant_message_after_it_is_dropped() -> None:
     body = {
         "model": "m",

@@ -210,6 +210,46 @@ async def test_the_reasoning_carrier_comes_back_as_reasoning_content_next_turn(
     assert second[2] == {"role": "tool", "tool_call_id": "call_w1", "content": "22°C, sunny"}
 
 
+async def test_reasoning_the_sdk_sends_back_as_received_reaches_the_chat_upstream(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    """No ``include`` (so no carrier): the openai SDK's output items go back as they are,
+    ``input=[..., *previous.output, function_call_output]``, as SDK users write it."""
+
+    def two_turns(url: str) -> Any:
+        client = openai_client(url)
+        question = {"role": "user", "content": "Weather in Paris?"}
+        with client.responses.stream(
+            model="qwen3-coder", input=[question], tools=[WEATHER_TOOL], store=False
+        ) as stream:
+            first = stream.get_final_response()
+        (call,) = [item for item in first.output if item.type == "function_call"]
+        output = {"type": "function_call_output", "call_id": call.call_id, "output": "22°C"}
+        with client.responses.stream(
+            model="qwen3-coder",
+            input=[question, *first.output, output],
+            tools=[WEATHER_TOOL],
+            store=False,
+        ) as stream:
+            return first, stream.get_final_response()
+
+    (first, final), upstream, outcomes = await run(
+        start_upstream,
+        proxai_for,
+        [sse(TOOL_CALL_STREAM), sse(TEXT_STREAM)],
+        two_turns,
+        count=2,
+    )
+    reasoning = first.output[0]
+    assert reasoning.type == "reasoning" and reasoning.encrypted_content is None
+    assert final.output_text == "It is sunny."
+    second = json.loads(upstream.requests[1].body)["messages"]
+    assert [m["role"] for m in second] == ["user", "assistant", "tool"]
+    assert second[1]["reasoning_content"] == "The user wants weather."
+    assert second[1]["tool_calls"][0]["id"] == "call_w1"
+    assert all("input.reasoning" not in outcome.dropped for outcome in outcomes)
+
+
 async def test_a_stall_mid_tool_arguments_ends_the_responses_client_with_its_error(
     start_upstream: Any, proxai_for: Any
 ) -> None:
