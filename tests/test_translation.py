@@ -8,6 +8,7 @@ the SDK's accumulator built, what the upstream was sent, and the outcome record.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import httpx
@@ -411,6 +412,47 @@ async def test_a_messages_client_gets_a_chat_upstreams_tool_call_as_anthropic_ev
     assert sent["max_tokens"] == 1024
     assert outcome.translation == "messages→chat"
     assert outcome.kind is OutcomeKind.COMPLETED
+
+
+async def test_a_kimi_tool_id_goes_back_to_the_chat_upstream_as_it_issued_it(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    """Kimi K2 names its calls ``functions.NAME:N``, which Anthropic's id pattern refuses:
+    the Messages client gets an id it can use, and its tool_result next turn reaches the
+    upstream under the id the upstream issued."""
+    kimi_id = "functions.get_weather:0"
+    stream = [line.replace(b'"call_w1"', orjson.dumps(kimi_id)) for line in TOOL_CALL_STREAM]
+    tools = [{"name": "get_weather", "input_schema": {"type": "object"}}]
+
+    def two_turns(url: str) -> Any:
+        client = anthropic_client(url)
+        question = {"role": "user", "content": "Weather in Paris?"}
+        with client.messages.stream(
+            model="claude-sonnet-4-5", max_tokens=1024, messages=[question], tools=tools
+        ) as first_stream:
+            first = first_stream.get_final_message()
+        call = first.content[-1]
+        result = {"type": "tool_result", "tool_use_id": call.id, "content": "22°C"}
+        history = [
+            question,
+            {"role": "assistant", "content": first.content},
+            {"role": "user", "content": [result]},
+        ]
+        with client.messages.stream(
+            model="claude-sonnet-4-5", max_tokens=1024, messages=history, tools=tools
+        ) as second_stream:
+            return first, second_stream.get_final_message()
+
+    (first, final), upstream, _ = await run(
+        start_upstream, proxai_for, [sse(stream), sse(TEXT_STREAM)], two_turns, count=2
+    )
+    call = first.content[-1]
+    assert call.type == "tool_use" and re.fullmatch(r"[a-zA-Z0-9_-]+", call.id)
+    assert final.content[0].text == "It is sunny."
+    second = json.loads(upstream.requests[1].body)["messages"]
+    assert [m["role"] for m in second] == ["user", "assistant", "tool"]
+    assert second[1]["tool_calls"][0]["id"] == kimi_id
+    assert second[2]["tool_call_id"] == kimi_id
 
 
 async def test_claude_codes_query_and_headers_do_not_reach_a_chat_upstream_as_a_path(
