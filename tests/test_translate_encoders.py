@@ -539,7 +539,7 @@ def test_messages_refusal_is_text() -> None:
     assert final.stop_reason == "refusal"
 
 
-def test_messages_tool_ids_are_made_safe_for_anthropic() -> None:
+def test_messages_tool_ids_are_escaped_reversibly_for_anthropic() -> None:
     events: list[Event] = [
         Started(),
         ItemStarted(0, ItemKind.TOOL_CALL, call_id="functions.Bash:0", name="Bash"),
@@ -549,7 +549,7 @@ def test_messages_tool_ids_are_made_safe_for_anthropic() -> None:
     _, body = messages(events)
     (call,) = checks.messages_final(body).content
     assert call.type == "tool_use"
-    assert (call.id, call.input) == ("functions_Bash_0", {})
+    assert (call.id, call.input) == ("proxai-id-functions-2eBash-3a0", {})
 
 
 def test_messages_upstream_error_mid_call_raises_api_status_error() -> None:

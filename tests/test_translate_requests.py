@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import re
 from typing import Any
 
 import anthropic
@@ -22,7 +23,7 @@ from anthropic.types.message_create_params import (
     MessageCreateParamsNonStreaming,
     MessageCreateParamsStreaming,
 )
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from openai.types.chat.completion_create_params import (
     CompletionCreateParamsBase,
@@ -37,9 +38,20 @@ from openai.types.responses.response_create_params import (
 from proxai.errors import ProxyError
 from proxai.protocols.names import WireApi
 from proxai.testing.seed import TURN1_REQUEST, TURN2_REQUEST, WEATHER_ARGUMENTS, WEATHER_RESULT
+from proxai.translate.encoders.messages import MessagesEncoder
 from proxai.translate.ir import (
     CUSTOM_TOOL_PARAMETER,
+    TOOL_ID_ESCAPE,
+    Finished,
+    FinishReason,
+    ItemDelta,
+    ItemDone,
+    ItemKind,
+    ItemStarted,
+    Started,
     TranslationContext,
+    escape_tool_id,
+    unescape_tool_id,
     wrap_reasoning,
 )
 from proxai.translate.options import MaxTokensField, TranslationOptions
@@ -401,6 +413,97 @@ def test_reasoning_that_is_not_proxais_carrier_is_dropped_never_a_user_message()
     assert "reasoning_content" not in out["messages"][-1]
     assert "input.reasoning" in ctx.dropped
     assert "gAAAAB" not in json.dumps(out)
+
+
+def _reasoning_then_call(reasoning: dict[str, JSON]) -> dict[str, JSON]:
+    call = {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": "{}"}
+    return {"model": "m", "input": [{"role": "user", "content": "go"}, reasoning, call]}
+
+
+@pytest.mark.parametrize(
+    ("reasoning", "restored"),
+    [
+        # As proxai streamed it and the openai SDK hands it back (no carrier asked for).
+        (
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": "Check the tests."}],
+            },
+            "Check the tests.",
+        ),
+        (
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [],
+                "content": [
+                    {"type": "reasoning_text", "text": "Check "},
+                    {"type": "reasoning_text", "text": "the tests."},
+                ],
+            },
+            "Check the tests.",
+        ),
+        # Only a summary (an OpenAI turn before a fail-over): its parts, one per paragraph.
+        (
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [
+                    {"type": "summary_text", "text": "**Plan** Run the tests."},
+                    {"type": "summary_text", "text": "Then fix."},
+                ],
+                "encrypted_content": "gAAAAB-openai-blob",
+            },
+            "**Plan** Run the tests.\n\nThen fix.",
+        ),
+        # The item's own text wins over its summary; proxai's carrier over both.
+        (
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [{"type": "summary_text", "text": "short"}],
+                "content": [{"type": "reasoning_text", "text": "long"}],
+            },
+            "long",
+        ),
+        (
+            {
+                "type": "reasoning",
+                "id": "rs_1",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": "long"}],
+                "encrypted_content": wrap_reasoning("long"),
+            },
+            "long",
+        ),
+    ],
+)
+def test_reasoning_comes_back_from_the_items_own_text_or_summary(
+    reasoning: dict[str, JSON], restored: str
+) -> None:
+    out, ctx = translate(RESPONSES, CHAT, _reasoning_then_call(reasoning))
+    assistant = out["messages"][-1]
+    assert assistant["reasoning_content"] == restored
+    assert assistant["tool_calls"][0]["id"] == "c1"
+    assert "input.reasoning" not in ctx.dropped
+    assert "gAAAAB" not in json.dumps(out)
+
+
+@pytest.mark.parametrize(
+    "reasoning",
+    [
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "content": []},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": ""}]},
+        {"type": "reasoning", "summary": "not a list", "content": [{"type": "other"}, 7]},
+    ],
+)
+def test_a_reasoning_item_with_no_text_is_dropped(reasoning: dict[str, JSON]) -> None:
+    out, ctx = translate(RESPONSES, CHAT, _reasoning_then_call(reasoning))
+    assert "reasoning_content" not in out["messages"][-1]
+    assert ctx.dropped == ["input.reasoning"]
 
 
 def test_restored_reasoning_with_no_assistant_message_after_it_is_dropped() -> None:
@@ -1008,6 +1111,132 @@ def test_tool_results_come_first_and_their_images_move_to_the_user_message_after
             ],
         },
     ]
+
+
+#: Anthropic's pattern for tool ids: its API refuses a ``tool_use.id`` of any other shape.
+ANTHROPIC_TOOL_ID = re.compile(r"[a-zA-Z0-9_-]+")
+#: Tool-call ids as upstreams issue them: Kimi K2's ``functions.NAME:N``, ids Anthropic
+#: accepts as they are, ids that look like proxai's escaped ones, and anything at all.
+UPSTREAM_TOOL_IDS = st.one_of(
+    st.from_regex(r"functions\.[A-Za-z_][A-Za-z0-9_.-]{0,20}:[0-9]{1,3}", fullmatch=True),
+    st.from_regex(r"[A-Za-z0-9_-]{1,40}", fullmatch=True),
+    st.builds(lambda tail: TOOL_ID_ESCAPE + tail, st.text(max_size=12)),
+    st.text(min_size=1),
+)
+
+
+def id_a_messages_client_gets(upstream_id: str) -> str:
+    """The ``tool_use.id`` the Messages encoder gives a Chat upstream's call ``upstream_id``."""
+    encoder = MessagesEncoder(TranslationContext(client=MESSAGES, upstream=CHAT, stream=False))
+    events = [
+        Started(),
+        ItemStarted(0, ItemKind.TOOL_CALL, call_id=upstream_id, name="get_weather"),
+        ItemDelta(0, "{}"),
+        ItemDone(0),
+        Finished(FinishReason.TOOL_CALLS),
+    ]
+    for event in events:
+        encoder.feed(event)
+    (block,) = json.loads(encoder.body())["content"]
+    assert block["type"] == "tool_use"
+    return str(block["id"])
+
+
+def messages_tool_turns(tool_id: str) -> dict[str, JSON]:
+    """A Messages request answering the call ``tool_id``."""
+    call = {"type": "tool_use", "id": tool_id, "name": "get_weather", "input": {"city": "Paris"}}
+    result = {"type": "tool_result", "tool_use_id": tool_id, "content": "22°C"}
+    return {
+        "model": "m",
+        "max_tokens": 64,
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": [call]},
+            {"role": "user", "content": [result]},
+        ],
+    }
+
+
+@settings(max_examples=300, deadline=None)
+@given(UPSTREAM_TOOL_IDS)
+def test_a_tool_id_goes_back_to_the_chat_upstream_as_it_issued_it(upstream_id: str) -> None:
+    client_id = id_a_messages_client_gets(upstream_id)
+    assert ANTHROPIC_TOOL_ID.fullmatch(client_id)
+    out, _ = translate(MESSAGES, CHAT, messages_tool_turns(client_id))
+    assistant, tool = out["messages"][1:]
+    assert assistant["tool_calls"][0]["id"] == upstream_id
+    assert tool["tool_call_id"] == upstream_id
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.from_regex(r"[A-Za-z0-9_-]{1,64}", fullmatch=True))
+def test_a_tool_id_anthropic_accepts_is_left_as_it_is(upstream_id: str) -> None:
+    assume(not upstream_id.startswith(TOOL_ID_ESCAPE))
+    assert id_a_messages_client_gets(upstream_id) == upstream_id
+    out, _ = translate(MESSAGES, CHAT, messages_tool_turns(upstream_id))
+    assert out["messages"][1]["tool_calls"][0]["id"] == upstream_id
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(UPSTREAM_TOOL_IDS, st.text()))
+def test_the_tool_id_escape_is_reversible_and_fits_anthropics_pattern(value: str) -> None:
+    escaped = escape_tool_id(value)
+    assert ANTHROPIC_TOOL_ID.fullmatch(escaped)
+    assert unescape_tool_id(escaped) == value
+    assert escape_tool_id(escaped) != escaped or escaped == value  # escaped once, stays one
+
+
+@pytest.mark.parametrize(
+    ("upstream_id", "escaped"),
+    [
+        ("functions.get_weather:0", "proxai-id-functions-2eget_weather-3a0"),
+        ("call_abc-123", "call_abc-123"),
+        ("toolu_01A", "toolu_01A"),
+        ("proxai-id-x", "proxai-id-proxai-2did-2dx"),
+        ("été", "proxai-id--c3-a9t-c3-a9"),
+    ],
+)
+def test_tool_ids_are_escaped_readably(upstream_id: str, escaped: str) -> None:
+    assert escape_tool_id(upstream_id) == escaped
+    assert unescape_tool_id(escaped) == upstream_id
+
+
+@pytest.mark.parametrize(
+    "client_id", ["proxai-id-bad-zz", "proxai-id-cut-2", "proxai-id-A-2E", "proxai-id--ff"]
+)
+def test_an_id_that_only_looks_escaped_goes_upstream_as_it_is(client_id: str) -> None:
+    assert unescape_tool_id(client_id) == client_id
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(UPSTREAM_TOOL_IDS, min_size=1, max_size=4, unique=True))
+def test_tool_ids_of_a_chat_history_fit_anthropics_pattern_and_stay_apart(ids: list[str]) -> None:
+    calls = [
+        {"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}} for i in ids
+    ]
+    messages: list[JSON] = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+    ]
+    messages += [{"role": "tool", "tool_call_id": i, "content": "ok"} for i in ids]
+    out, _ = translate(CHAT, MESSAGES, {"model": "m", "messages": messages})
+    uses = [block["id"] for block in out["messages"][1]["content"]]
+    results = [block["tool_use_id"] for block in out["messages"][2]["content"]]
+    assert uses == results
+    assert all(ANTHROPIC_TOOL_ID.fullmatch(value) for value in uses)
+    assert len(set(uses)) == len(ids)
+
+
+def test_a_responses_history_with_kimi_ids_can_fail_over_to_anthropic() -> None:
+    history = [
+        {"role": "user", "content": "weather?"},
+        {"type": "function_call", "call_id": "functions.get_weather:0", "name": "get_weather"},
+        {"type": "function_call_output", "call_id": "functions.get_weather:0", "output": "22°C"},
+    ]
+    out, _ = translate(RESPONSES, MESSAGES, {"model": "m", "input": history})
+    (use,) = out["messages"][1]["content"]
+    (result,) = out["messages"][2]["content"]
+    assert use["id"] == result["tool_use_id"] == escape_tool_id("functions.get_weather:0")
 
 
 def test_thinking_proxai_wrote_goes_back_as_reasoning_content() -> None:

@@ -8,6 +8,7 @@ the SDK's accumulator built, what the upstream was sent, and the outcome record.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import httpx
@@ -210,6 +211,46 @@ async def test_the_reasoning_carrier_comes_back_as_reasoning_content_next_turn(
     assert second[2] == {"role": "tool", "tool_call_id": "call_w1", "content": "22°C, sunny"}
 
 
+async def test_reasoning_the_sdk_sends_back_as_received_reaches_the_chat_upstream(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    """No ``include`` (so no carrier): the openai SDK's output items go back as they are,
+    ``input=[..., *previous.output, function_call_output]``, as SDK users write it."""
+
+    def two_turns(url: str) -> Any:
+        client = openai_client(url)
+        question = {"role": "user", "content": "Weather in Paris?"}
+        with client.responses.stream(
+            model="qwen3-coder", input=[question], tools=[WEATHER_TOOL], store=False
+        ) as stream:
+            first = stream.get_final_response()
+        (call,) = [item for item in first.output if item.type == "function_call"]
+        output = {"type": "function_call_output", "call_id": call.call_id, "output": "22°C"}
+        with client.responses.stream(
+            model="qwen3-coder",
+            input=[question, *first.output, output],
+            tools=[WEATHER_TOOL],
+            store=False,
+        ) as stream:
+            return first, stream.get_final_response()
+
+    (first, final), upstream, outcomes = await run(
+        start_upstream,
+        proxai_for,
+        [sse(TOOL_CALL_STREAM), sse(TEXT_STREAM)],
+        two_turns,
+        count=2,
+    )
+    reasoning = first.output[0]
+    assert reasoning.type == "reasoning" and reasoning.encrypted_content is None
+    assert final.output_text == "It is sunny."
+    second = json.loads(upstream.requests[1].body)["messages"]
+    assert [m["role"] for m in second] == ["user", "assistant", "tool"]
+    assert second[1]["reasoning_content"] == "The user wants weather."
+    assert second[1]["tool_calls"][0]["id"] == "call_w1"
+    assert all("input.reasoning" not in outcome.dropped for outcome in outcomes)
+
+
 async def test_a_stall_mid_tool_arguments_ends_the_responses_client_with_its_error(
     start_upstream: Any, proxai_for: Any
 ) -> None:
@@ -371,6 +412,47 @@ async def test_a_messages_client_gets_a_chat_upstreams_tool_call_as_anthropic_ev
     assert sent["max_tokens"] == 1024
     assert outcome.translation == "messages→chat"
     assert outcome.kind is OutcomeKind.COMPLETED
+
+
+async def test_a_kimi_tool_id_goes_back_to_the_chat_upstream_as_it_issued_it(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    """Kimi K2 names its calls ``functions.NAME:N``, which Anthropic's id pattern refuses:
+    the Messages client gets an id it can use, and its tool_result next turn reaches the
+    upstream under the id the upstream issued."""
+    kimi_id = "functions.get_weather:0"
+    stream = [line.replace(b'"call_w1"', orjson.dumps(kimi_id)) for line in TOOL_CALL_STREAM]
+    tools = [{"name": "get_weather", "input_schema": {"type": "object"}}]
+
+    def two_turns(url: str) -> Any:
+        client = anthropic_client(url)
+        question = {"role": "user", "content": "Weather in Paris?"}
+        with client.messages.stream(
+            model="claude-sonnet-4-5", max_tokens=1024, messages=[question], tools=tools
+        ) as first_stream:
+            first = first_stream.get_final_message()
+        call = first.content[-1]
+        result = {"type": "tool_result", "tool_use_id": call.id, "content": "22°C"}
+        history = [
+            question,
+            {"role": "assistant", "content": first.content},
+            {"role": "user", "content": [result]},
+        ]
+        with client.messages.stream(
+            model="claude-sonnet-4-5", max_tokens=1024, messages=history, tools=tools
+        ) as second_stream:
+            return first, second_stream.get_final_message()
+
+    (first, final), upstream, _ = await run(
+        start_upstream, proxai_for, [sse(stream), sse(TEXT_STREAM)], two_turns, count=2
+    )
+    call = first.content[-1]
+    assert call.type == "tool_use" and re.fullmatch(r"[a-zA-Z0-9_-]+", call.id)
+    assert final.content[0].text == "It is sunny."
+    second = json.loads(upstream.requests[1].body)["messages"]
+    assert [m["role"] for m in second] == ["user", "assistant", "tool"]
+    assert second[1]["tool_calls"][0]["id"] == kimi_id
+    assert second[2]["tool_call_id"] == kimi_id
 
 
 async def test_claude_codes_query_and_headers_do_not_reach_a_chat_upstream_as_a_path(

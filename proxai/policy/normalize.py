@@ -74,13 +74,15 @@ def normalize_body(
     *,
     responses: bool,
     upstream_model: str | None = None,
+    edited: bool = False,
 ) -> bytes:
     """The body to send upstream: ``body`` itself unless a pass changed ``data``.
 
     ``data`` is the parsed ``body`` and is edited in place; ``responses`` says
-    whether it is a Responses request (the only kind with ``instructions``).
+    whether it is a Responses request (the only kind with ``instructions``);
+    ``edited``: the caller already changed ``data`` (proxai's carriers dropped).
     """
-    changed = False
+    changed = edited
     if responses and passes.system_to_instructions:
         roles = frozenset(
             {"system", "developer"} if passes.developer_to_instructions else {"system"}

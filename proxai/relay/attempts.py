@@ -57,6 +57,7 @@ async def open_upstream(
             attempt = AttemptRecord(name, trio.current_time() - started)
             index = plan.record(attempt)
             outcome.upstream = name
+            outcome.dropped = list(target.dropped)
             attempt_stack = await stack.enter_async_context(AsyncExitStack())
             result = await _attempt(attempt_stack, exchange, target, total_deadline)
             if retrying:

@@ -47,6 +47,7 @@ from ..protocols.table import (
 from ..relay.exchange import Exchange, ObserverFactory, ProxiedRequest, UpstreamTarget, pass_through
 from ..relay.relay import Relay
 from ..relay.writer import send_error
+from ..translate.carriers import carries_proxai_reasoning, strip_proxai_reasoning
 from ..translate.pairs import translate, upstream_api
 from ..translate.requests import estimate_input_tokens
 from ..upstream.client import UpstreamClient
@@ -503,11 +504,13 @@ class ProxaiApp:
         api = incoming.api
         wire = upstream_api(client.config.protocol, api.wire) if api is not None else None
         if api is None or wire is None or wire is api.wire or prepared.data is None:
+            sent, dropped = self._body_for(name, body, api, prepared, upstream_model)
             return UpstreamTarget(
                 client,
                 client.timeouts,
-                self._body_for(name, body, api, prepared, upstream_model),
+                sent,
                 observer_factory=prepared.observer_factory,
+                dropped=dropped,
             )
         data = orjson.loads(body)  # a fresh copy: the translator may take parts of it
         if upstream_model is not None:
@@ -548,18 +551,30 @@ class ProxaiApp:
         api: Api | None,
         prepared: _Prepared,
         upstream_model: str | None,
-    ) -> bytes:
-        """The body one upstream gets: the client's bytes unless a rewrite applies."""
+    ) -> tuple[bytes, list[str]]:
+        """The body one upstream gets: the client's bytes unless a rewrite applies; and the
+        request fields dropped on the way (proxai's own reasoning carriers)."""
         passes = self._clients[name].config.normalize
         instructions = api is not None and api.has_instructions
+        wire = api.wire if api is not None else None
+        carriers = carries_proxai_reasoning(body, wire)
         if prepared.data is None or (
-            upstream_model is None and not (instructions and passes.system_to_instructions)
+            upstream_model is None
+            and not carriers
+            and not (instructions and passes.system_to_instructions)
         ):
-            return body
+            return body, []
         data = orjson.loads(body)  # a fresh copy: each upstream's rewrites are its own
-        return normalize_body(
-            body, data, passes, responses=instructions, upstream_model=upstream_model
+        dropped = strip_proxai_reasoning(data, wire) if carriers else []
+        sent = normalize_body(
+            body,
+            data,
+            passes,
+            responses=instructions,
+            upstream_model=upstream_model,
+            edited=bool(dropped),
         )
+        return sent, dropped
 
     def _report(self, outcome: Outcome) -> None:
         self._request_log(outcome)

@@ -15,6 +15,7 @@ sans-io and pure data.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
@@ -27,6 +28,7 @@ __all__ = [
     "CUSTOM_TOOL_PARAMETER",
     "REASONING_CARRIER_PREFIX",
     "THINKING_SIGNATURE",
+    "TOOL_ID_ESCAPE",
     "Decoder",
     "Encoder",
     "Event",
@@ -41,6 +43,8 @@ __all__ = [
     "TranslationContext",
     "Usage",
     "check_well_formed",
+    "escape_tool_id",
+    "unescape_tool_id",
     "unwrap_reasoning",
     "wrap_reasoning",
 ]
@@ -73,6 +77,62 @@ def unwrap_reasoning(carrier: str | None) -> str | None:
     if carrier and carrier.startswith(REASONING_CARRIER_PREFIX):
         return carrier[len(REASONING_CARRIER_PREFIX) :]
     return None
+
+
+#: Starts a tool-call id proxai escaped for Anthropic, whose API takes only
+#: ``^[a-zA-Z0-9_-]+$`` (Kimi K2 names its calls ``functions.get_weather:0``).
+TOOL_ID_ESCAPE = "proxai-id-"
+#: The characters an id keeps as they are after :data:`TOOL_ID_ESCAPE`; ``-`` starts an escape.
+_ID_LITERALS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+_ANTHROPIC_ID = re.compile(r"[a-zA-Z0-9_-]+")
+_ESCAPED_BYTE = re.compile(r"-([0-9a-f]{2})")
+
+
+def escape_tool_id(value: str) -> str:
+    """A tool-call id Anthropic accepts, which :func:`unescape_tool_id` turns back into
+    ``value`` (proxai keeps no table: the next turn may reach another process).
+
+    An id Anthropic accepts stays as it is, unless it starts with :data:`TOOL_ID_ESCAPE`;
+    any other becomes the prefix, then the id with each UTF-8 byte of a character
+    outside ``[A-Za-z0-9_]`` written ``-xx`` (lowercase hex):
+    ``functions.get_weather:0`` -> ``proxai-id-functions-2eget_weather-3a0``.
+    """
+    if _ANTHROPIC_ID.fullmatch(value) and not value.startswith(TOOL_ID_ESCAPE):
+        return value
+    out = [TOOL_ID_ESCAPE]
+    for char in value:
+        if char in _ID_LITERALS:
+            out.append(char)
+        else:
+            out.extend(f"-{byte:02x}" for byte in char.encode("utf-8", "surrogatepass"))
+    return "".join(out)
+
+
+def unescape_tool_id(value: str) -> str:
+    """The id :func:`escape_tool_id` made ``value`` from; any id it could not have made
+    (the client's own, or not escaped at all) is returned as it is."""
+    if not value.startswith(TOOL_ID_ESCAPE):
+        return value
+    escaped = value[len(TOOL_ID_ESCAPE) :]
+    out = bytearray()
+    position = 0
+    while position < len(escaped):
+        char = escaped[position]
+        if char in _ID_LITERALS:
+            out.append(ord(char))
+            position += 1
+            continue
+        byte = _ESCAPED_BYTE.match(escaped, position)
+        if byte is None:
+            return value
+        out.append(int(byte.group(1), 16))
+        position += 3
+    try:
+        original = out.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return value
+    # Only what escape_tool_id writes: a plain id that needed no escape is not taken back.
+    return original if escape_tool_id(original) == value else value
 
 
 class ItemKind(enum.StrEnum):

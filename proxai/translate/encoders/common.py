@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from ..ir import CUSTOM_TOOL_PARAMETER, Usage
+from ..ir import CUSTOM_TOOL_PARAMETER, Usage, escape_tool_id
 
 __all__ = [
     "derive_id",
@@ -47,9 +47,10 @@ def derive_id(upstream_id: str | None, prefix: str) -> str:
 
 
 def safe_id(value: str) -> str:
-    """``value`` with the characters Anthropic refuses in a tool id replaced
-    (``functions.Bash:0`` -> ``functions_Bash_0``)."""
-    return _UNSAFE_ID_CHARS.sub("_", value) or new_id("toolu_")
+    """A tool id Anthropic accepts for the upstream's ``value``, escaped reversibly
+    (``functions.Bash:0`` -> ``proxai-id-functions-2eBash-3a0``): the client's
+    ``tool_result`` next turn goes back to the upstream under the id it issued."""
+    return escape_tool_id(value) if value else new_id("toolu_")
 
 
 def merge_usage(old: Usage, new: Usage) -> Usage:

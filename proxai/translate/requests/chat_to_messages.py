@@ -5,7 +5,9 @@ System and developer messages, wherever they are, become the top-level
 Consecutive ``tool`` messages become ``tool_result`` blocks of one user
 message, which the next user message's content joins (Anthropic wants the
 roles to alternate). Tool call arguments must be a JSON object, as Anthropic's
-``tool_use.input`` is; anything else is refused.
+``tool_use.input`` is; anything else is refused. Tool ids outside Anthropic's
+alphabet (Kimi K2's ``functions.get_weather:0``) are escaped reversibly, the
+same way in ``tool_use.id`` and ``tool_result.tool_use_id``.
 
 Anthropic requires ``max_tokens``: without one the request gets
 :data:`DEFAULT_MAX_TOKENS` (plus the thinking budget, if any).
@@ -31,7 +33,7 @@ from typing import Any
 import orjson
 
 from ...protocols.names import WireApi
-from ..ir import CUSTOM_TOOL_PARAMETER, TranslationContext
+from ..ir import CUSTOM_TOOL_PARAMETER, TranslationContext, escape_tool_id
 from ..options import TranslationOptions
 from ._common import (
     SECTIONS_JOINER,
@@ -161,7 +163,9 @@ class _History:
         elif role == "tool":
             result = {
                 "type": "tool_result",
-                "tool_use_id": text_of(message.get("tool_call_id"), f"{path}.tool_call_id"),
+                "tool_use_id": escape_tool_id(
+                    text_of(message.get("tool_call_id"), f"{path}.tool_call_id")
+                ),
                 "content": text_content(content, f"{path}.content"),
             }
             self._append("user", [result])
@@ -196,7 +200,7 @@ def _tool_use(call: dict[str, JSON], path: str) -> dict[str, JSON]:
                 "`tool_use.input`",
                 f"{path}.function.arguments",
             )
-    return {"type": "tool_use", "id": call_id, "name": name, "input": value}
+    return {"type": "tool_use", "id": escape_tool_id(call_id), "name": name, "input": value}
 
 
 def _user_blocks(content: JSON, path: str) -> list[dict[str, JSON]]:

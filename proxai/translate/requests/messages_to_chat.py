@@ -8,6 +8,9 @@ with ``defer_loading``. Anthropic-only fields are dropped and listed in
 a Chat upstream has no use for. ``cache_control`` is dropped without a note
 (it only tells Anthropic where to cache).
 
+Tool ids go back as the upstream issued them: the ids proxai escaped for
+Anthropic's alphabet (:func:`~proxai.translate.ir.escape_tool_id`) are unescaped.
+
 Thinking in the history is never refused either: its text goes back as
 ``reasoning_content`` (DeepSeek-style upstreams want it) when proxai wrote it
 (its signature is proxai's carrier, or empty), and a real Anthropic thinking
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..ir import REASONING_CARRIER_PREFIX, TranslationContext
+from ..ir import REASONING_CARRIER_PREFIX, TranslationContext, unescape_tool_id
 from ..options import TranslationOptions
 from ._common import (
     PARTS_JOINER,
@@ -172,7 +175,7 @@ class _History:
             text = PARTS_JOINER.join(texts)
         if block.get("is_error"):
             text = f"Error: {text}"
-        tool_call_id = text_of(block.get("tool_use_id"), f"{path}.tool_use_id")
+        tool_call_id = unescape_tool_id(text_of(block.get("tool_use_id"), f"{path}.tool_use_id"))
         return {"role": "tool", "tool_call_id": tool_call_id, "content": text}
 
     def _assistant(self, content: JSON, path: str) -> None:
@@ -190,7 +193,7 @@ class _History:
                 name = shorten_tool_name(text_of(block.get("name"), f"{here}.name"), self.ctx)
                 arguments = dumps(block.get("input") or {})
                 function = {"name": name, "arguments": arguments}
-                call_id = text_of(block.get("id"), f"{here}.id")
+                call_id = unescape_tool_id(text_of(block.get("id"), f"{here}.id"))
                 calls.append({"id": call_id, "type": "function", "function": function})
             elif kind == "thinking":
                 signature = block.get("signature")

@@ -6,11 +6,12 @@ they are refused (Codex sends the whole history with ``store: false`` and
 never needs them). Hosted tools the upstream cannot run are dropped and listed
 in ``ctx.dropped``, or refused when the upstream is configured strict.
 
-Reasoning comes back statelessly: proxai put it in the reasoning item's
-``encrypted_content`` behind :data:`~proxai.translate.ir.REASONING_CARRIER_PREFIX`
-and restores it as ``reasoning_content`` on the next assistant message
-(DeepSeek-style upstreams refuse a conversation whose reasoning was not sent
-back). Any other reasoning item is dropped, never turned into a user message.
+Reasoning comes back statelessly as ``reasoning_content`` on the next
+assistant message (DeepSeek-style upstreams refuse a conversation whose
+reasoning was not sent back): from proxai's carrier in ``encrypted_content``
+(behind :data:`~proxai.translate.ir.REASONING_CARRIER_PREFIX`), else from the
+item's own ``reasoning_text`` parts, else from its ``summary``. A reasoning
+item with no text is dropped, never turned into a user message.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..ir import CUSTOM_TOOL_PARAMETER, TranslationContext, unwrap_reasoning
 from ..options import TranslationOptions
 from ._common import (
     PARTS_JOINER,
+    SECTIONS_JOINER,
     as_dict,
     as_list,
     custom_tool_description,
@@ -321,14 +323,36 @@ class _History:
         self.messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
 
     def _reasoning_item(self, item: dict[str, JSON]) -> None:
-        carrier = item.get("encrypted_content")
-        text = unwrap_reasoning(carrier if isinstance(carrier, str) else None)
-        if text is None:
+        text = _reasoning_text(item)
+        if not text:
             drop(self.ctx, "input.reasoning")
             return
         self._reasoning.append(text)
         if self._assistant is not None:  # reasoning within a turn already under way
             self._open_assistant()
+
+
+def _reasoning_text(item: dict[str, JSON]) -> str | None:
+    """The text a reasoning item carries, as a Chat upstream takes it back: proxai's carrier,
+    else the item's own ``reasoning_text`` parts (what proxai streamed, which clients send
+    back as they got it), else its ``summary_text`` parts (all an OpenAI item shows). Parts
+    of another shape are skipped: a reasoning item is never worth a refusal."""
+    carrier = item.get("encrypted_content")
+    text = unwrap_reasoning(carrier if isinstance(carrier, str) else None)
+    if text is not None:
+        return text
+    text = "".join(_part_texts(item.get("content"), "reasoning_text"))
+    return text or SECTIONS_JOINER.join(_part_texts(item.get("summary"), "summary_text"))
+
+
+def _part_texts(parts: JSON, kind: str) -> list[str]:
+    if not isinstance(parts, list):
+        return []
+    return [
+        part["text"]
+        for part in parts
+        if isinstance(part, dict) and part.get("type") == kind and isinstance(part.get("text"), str)
+    ]
 
 
 def _plain_text(content: JSON, path: str) -> str:
