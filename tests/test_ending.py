@@ -7,7 +7,7 @@ import pytest
 from proxai.errors import ending_code
 from proxai.outcome import OutcomeKind
 from proxai.protocols.observer import Verdict
-from proxai.relay.ending import decide, head_timeout
+from proxai.relay.ending import after_client_end, decide, head_timeout
 
 CLOSING = b"event: error\ndata: {}\n\n"
 
@@ -108,3 +108,38 @@ def test_a_stream_ended_by_proxai_gets_one_code_before_or_after_its_first_byte(
         verdict = Verdict(kind, "ended")
         error = decide(verdict, status=200, forwarded=False, finished=False, can_abort=True).error
         assert error is not None and error.code == code
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        OutcomeKind.UPSTREAM_EOF,
+        OutcomeKind.UPSTREAM_RESET,
+        OutcomeKind.STALLED_IDLE,
+        OutcomeKind.TOTAL_TIMEOUT,
+        OutcomeKind.SHUTDOWN,
+    ],
+)
+def test_the_upstreams_end_after_the_clients_translated_end_leaves_the_response_whole(
+    kind: OutcomeKind,
+) -> None:
+    verdict, anomaly = after_client_end(
+        Verdict(kind, "why", CLOSING), client_end=OutcomeKind.COMPLETED
+    )
+    assert verdict == Verdict(OutcomeKind.COMPLETED)
+    assert anomaly is not None and "after the client's response had ended" in anomaly
+    end = decide(verdict, status=200, forwarded=True, finished=False, can_abort=True)
+    assert (end.kind, end.closing, end.abort) == (OutcomeKind.COMPLETED, b"", False)
+
+
+def test_the_clients_incomplete_or_failed_end_is_kept() -> None:
+    eof = Verdict(OutcomeKind.UPSTREAM_EOF, "closed", CLOSING)
+    for client_end in (OutcomeKind.INCOMPLETE, OutcomeKind.FAILED):
+        assert after_client_end(eof, client_end=client_end)[0].kind is client_end
+
+
+def test_before_the_clients_end_or_for_its_own_stall_the_verdict_stands() -> None:
+    eof = Verdict(OutcomeKind.UPSTREAM_EOF, "closed", CLOSING)
+    assert after_client_end(eof, client_end=None) == (eof, None)
+    stalled = Verdict(OutcomeKind.CLIENT_STALLED, "the client read nothing")
+    assert after_client_end(stalled, client_end=OutcomeKind.COMPLETED) == (stalled, None)

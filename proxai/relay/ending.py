@@ -5,8 +5,10 @@ the upstream's status, whether any byte reached the client and whether the
 observer saw the protocol's terminal event, :func:`decide` says what the client
 gets: an HTTP error instead of the response (nothing was forwarded yet), bytes
 appended at a frame boundary (the protocol's synthesized error), or a body
-broken off (no observer can say it in the protocol's shape); :func:`client_gone`
-says how a request whose client went away is recorded. No I/O, no trio.
+broken off (no observer can say it in the protocol's shape); :func:`after_client_end`
+says what the upstream's end means once a translated client's stream has already
+ended; :func:`client_gone` says how a request whose client went away is recorded.
+No I/O, no trio.
 """
 
 from __future__ import annotations
@@ -14,10 +16,22 @@ from __future__ import annotations
 import attrs
 
 from ..errors import ProxyError, ending_code, shutdown_error
-from ..outcome import CUT_SHORT, UPSTREAM_CUT_SHORT, OutcomeKind
+from ..outcome import CUT_SHORT, STREAM_DEADLINES, UPSTREAM_CUT_SHORT, OutcomeKind
 from ..protocols.observer import Verdict
 
-__all__ = ["Ending", "client_gone", "decide", "error_before_first_byte", "head_timeout"]
+__all__ = [
+    "Ending",
+    "after_client_end",
+    "client_gone",
+    "decide",
+    "error_before_first_byte",
+    "head_timeout",
+]
+
+#: How an upstream's body can end short of its own terminal event without the client
+#: losing anything, once the client's translated stream has ended: proxai's own stream
+#: ends (shutdown included) are not the client's to see after its terminal event.
+_UPSTREAM_ENDS = UPSTREAM_CUT_SHORT | STREAM_DEADLINES | {OutcomeKind.SHUTDOWN}
 
 
 @attrs.frozen
@@ -52,6 +66,29 @@ def decide(
     # body for a whole one.
     abort = not verdict.closing and verdict.kind in CUT_SHORT and not finished and can_abort
     return Ending(verdict.kind, verdict.detail, closing=verdict.closing, abort=abort)
+
+
+def after_client_end(
+    verdict: Verdict, *, client_end: OutcomeKind | None
+) -> tuple[Verdict, str | None]:
+    """The verdict on a translated stream whose client's stream may have ended first, and
+    an anomaly to record.
+
+    ``client_end``: how the client's stream ended, from the upstream's own events
+    (``completed``, ``incomplete``, ``failed``), or ``None`` while it has not. A Chat
+    upstream's stream ends for the client at its usage chunk, before its ``[DONE]``.
+    When the upstream's body then ends without that marker (cleanly, by a reset, by going
+    silent), the client has lost nothing: its response is whole and is ended as such,
+    never broken off (a retrying client would run the turn again). How the upstream
+    ended is kept as an anomaly.
+    """
+    if client_end is None or verdict.kind not in _UPSTREAM_ENDS:
+        return verdict, None
+    if verdict.kind is OutcomeKind.UPSTREAM_EOF:
+        how = "ended without its terminal event"
+    else:
+        how = f"ended as {verdict.kind.value}" + (f" ({verdict.detail})" if verdict.detail else "")
+    return Verdict(client_end), f"the upstream's stream {how} after the client's response had ended"
 
 
 def client_gone(

@@ -384,11 +384,16 @@ class Relay:
         return b""
 
     def _translated_verdict(self, verdict: Verdict) -> Verdict:
-        """The observer's verdict with its closing bytes in the client's API."""
-        assert self._translator is not None
+        """The observer's verdict with its closing bytes in the client's API (a client
+        whose stream already ended loses nothing to the upstream's end after it)."""
+        translator = self._translator
+        assert translator is not None
+        verdict, anomaly = ending.after_client_end(verdict, client_end=translator.client_end)
+        if anomaly is not None:
+            self.outcome.anomalies.append(anomaly)
         if not self._translator_streams:
             return attrs.evolve(verdict, closing=b"")
-        return attrs.evolve(verdict, closing=self._translator.closing(verdict))
+        return attrs.evolve(verdict, closing=translator.closing(verdict))
 
     def _observe_frames(self, message: Body) -> None:
         """Count and feed a read's frames; if the observer fails on odd input, relay on
@@ -449,6 +454,10 @@ class Relay:
         observer_deadline = observer.deadline()
         if observer_deadline != math.inf:
             deadline = min(deadline, trio.current_time() + (observer_deadline - self._clock.now()))
+        if self._translator is not None and self._translator.client_end is not None:
+            # The client's stream has ended (a Chat upstream's at its usage chunk): the
+            # upstream has nothing left to say but its own end, as after a terminal event.
+            deadline = min(deadline, trio.current_time() + AFTER_TERMINAL_GRACE)
         with trio.move_on_at(deadline):
             return await upstream.receive()
         return None

@@ -19,10 +19,13 @@ from ..errors import ending_code
 from ..outcome import TRY_AGAIN, OutcomeKind
 from ..protocols.observer import Verdict
 from ..wire.sse import SSEFrame
-from .ir import Decoder, Encoder, Failed, TranslationContext
+from .ir import Decoder, Encoder, Event, Failed, Finished, FinishReason, TranslationContext
 from .requests import translate_error_body
 
 __all__ = ["ResponseTranslator", "TranslatorFactory"]
+
+#: Finish reasons whose answer is cut short: the stream ends ``incomplete``.
+_INCOMPLETE = frozenset({FinishReason.LENGTH, FinishReason.CONTENT_FILTER})
 
 
 class ResponseTranslator:
@@ -41,6 +44,9 @@ class ResponseTranslator:
         self._body: list[bytes] = []
         #: The upstream reported an error in-band (the encoder said it in the client's terms).
         self.failed = False
+        #: How the client's stream ended, from the upstream's own events (``None``: not yet,
+        #: or proxai ended it with an error of its own).
+        self.client_end: OutcomeKind | None = None
 
     @property
     def pair(self) -> str:
@@ -67,10 +73,18 @@ class ResponseTranslator:
                 out.append(self._keepalive(frame.raw))
                 continue
             for event in self._decoder.feed(frame):
-                if isinstance(event, Failed):
-                    self.failed = True
                 out.append(self._encoder.feed(event))
+                self._ended_by(event)
         return b"".join(out)
+
+    def _ended_by(self, event: Event) -> None:
+        """Note how an upstream's terminal event ended the client's stream."""
+        if isinstance(event, Failed):
+            self.failed = True
+            self.client_end = OutcomeKind.FAILED
+        elif isinstance(event, Finished) and self.client_end is None:
+            incomplete = event.reason in _INCOMPLETE
+            self.client_end = OutcomeKind.INCOMPLETE if incomplete else OutcomeKind.COMPLETED
 
     def _keepalive(self, raw: bytes) -> bytes:
         if self._encoder.finished:
