@@ -118,10 +118,13 @@ _UPSTREAM_END_CODES = {
 
 def ending_code(kind: OutcomeKind) -> str:
     """The error ``code`` proxai gives a stream it ends as ``kind``: the same whether it
-    says so as an HTTP error before the first byte or in the client's stream after it."""
+    says so as an HTTP error before the first byte or in the client's stream after it,
+    passed through or translated (OpenAI's APIs; Anthropic's errors have a type only)."""
     if kind is OutcomeKind.SHUTDOWN:
         return "proxy_shutting_down"
     code = _UPSTREAM_END_CODES.get(kind)
     if code is not None:
         return code
-    return "upstream_timeout" if kind in TRY_AGAIN else "server_error"
+    if kind in TRY_AGAIN or kind is OutcomeKind.STALLED_FIRST_BYTE:
+        return "upstream_timeout"
+    return "server_error"

@@ -88,6 +88,9 @@ def test_no_headers_in_time_names_the_deadline_that_passed() -> None:
     assert (first.status, first.kind) == (504, OutcomeKind.STALLED_FIRST_BYTE)
     assert "60.0 s (proxai first_byte timeout)" in first.message
     assert (total.status, total.kind) == (504, OutcomeKind.TOTAL_TIMEOUT)
+    # the code a stall has in the stream too
+    assert first.code == total.code == ending_code(OutcomeKind.STALLED_FIRST_BYTE)
+    assert ending_code(OutcomeKind.STALLED_FIRST_BYTE) == "upstream_timeout"
 
 
 @pytest.mark.parametrize(

@@ -13,11 +13,14 @@ from typing import Any
 import pytest
 
 from proxai.outcome import OutcomeKind
-from proxai.testing import Reset, Stall
+from proxai.testing import Reset, Script, Send, Stall
 from proxai.testing.streams import FAST_TIMEOUTS
+from tests.faults.kits import KITS
 from tests.test_translation import (
+    CHAT_UPSTREAM,
     TOOL_CALL_STREAM,
     messages_stream,
+    openai_client,
     responses_stream,
     run,
     sse,
@@ -81,3 +84,53 @@ async def test_a_reset_after_the_clients_terminal_event_leaves_its_response_whol
     assert final.stop_reason == "tool_use"
     assert outcome.kind is OutcomeKind.COMPLETED
     assert any("after the client's response had ended" in a for a in outcome.anomalies)
+
+
+# --- item 21: one stall, one code, on every path ---------------------------------------------
+
+RESPONSES_UPSTREAM = {"protocol": "openai_responses"}
+
+
+def _raise_code(call: Any) -> Any:
+    """``call``'s error code as the openai SDK raised it (in the stream or as an HTTP error)."""
+
+    def wrapped(url: str) -> Any:
+        try:
+            for _ in call(url):
+                pass
+        except openai.APIError as exc:
+            return exc.code
+        return None
+
+    return wrapped
+
+
+def _responses_events(url: str) -> Any:
+    return openai_client(url).responses.create(model="m", input="hi", stream=True)
+
+
+def _chat_chunks(url: str) -> Any:
+    messages = [{"role": "user", "content": "hi"}]
+    return openai_client(url).chat.completions.create(model="m", messages=messages, stream=True)
+
+
+@pytest.mark.parametrize(
+    ("client", "upstream", "prefix"),
+    [
+        pytest.param(_responses_events, RESPONSES_UPSTREAM, "responses", id="responses"),
+        pytest.param(_chat_chunks, CHAT_UPSTREAM, "chat", id="chat"),
+        pytest.param(_responses_events, CHAT_UPSTREAM, "chat", id="responses-over-chat"),
+        pytest.param(_chat_chunks, RESPONSES_UPSTREAM, "responses", id="chat-over-responses"),
+    ],
+)
+@pytest.mark.parametrize("stage", ["before_first_event", "mid_text"])
+async def test_a_stall_has_one_code_passed_through_translated_and_before_the_first_byte(
+    start_upstream: Any, proxai_for: Any, client: Any, upstream: Any, prefix: str, stage: str
+) -> None:
+    sent = KITS[prefix].prefixes["mid_text"] if stage == "mid_text" else b""
+    script = Script(steps=[Send(sent), Stall()])
+    code, _, (outcome,) = await run(
+        start_upstream, proxai_for, [script], _raise_code(client), upstream=upstream
+    )
+    assert outcome.kind is OutcomeKind.STALLED_IDLE
+    assert code == "upstream_timeout"

@@ -128,7 +128,8 @@ def error_before_first_byte(verdict: Verdict) -> ProxyError:
     if verdict.kind in UPSTREAM_CUT_SHORT:
         code = ending_code(verdict.kind)
         return ProxyError(502, message, "server_error", code=code, kind=verdict.kind)
-    return ProxyError(504, message, "server_error", code="upstream_timeout", kind=verdict.kind)
+    code = ending_code(verdict.kind)
+    return ProxyError(504, message, "server_error", code=code, kind=verdict.kind)
 
 
 def head_timeout(*, first_byte: bool, seconds: float) -> ProxyError:
@@ -144,6 +145,6 @@ def head_timeout(*, first_byte: bool, seconds: float) -> ProxyError:
         504,
         f"the upstream sent no response headers within {limit}",
         "server_error",
-        code="upstream_timeout",
+        code=ending_code(kind),
         kind=kind,
     )
