@@ -108,11 +108,12 @@ def shutdown_error(message: str = SHUTDOWN_MESSAGE) -> ProxyError:
     )
 
 
-#: The codes of an upstream body that ended short, by how it ended.
+#: The codes of a body proxai could not relay whole, by what ended it.
 _UPSTREAM_END_CODES = {
     OutcomeKind.UPSTREAM_EOF: "upstream_closed",
     OutcomeKind.UPSTREAM_RESET: "upstream_reset",
     OutcomeKind.UPSTREAM_EVENT_TOO_LARGE: "upstream_event_too_large",
+    OutcomeKind.TRANSLATION_FAILED: "translation_failed",
 }
 
 

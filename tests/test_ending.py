@@ -42,6 +42,7 @@ def test_a_stall_before_any_byte_becomes_a_504_instead_of_the_response() -> None
         (OutcomeKind.UPSTREAM_EOF, "upstream_closed"),
         (OutcomeKind.UPSTREAM_RESET, "upstream_reset"),
         (OutcomeKind.UPSTREAM_EVENT_TOO_LARGE, "upstream_event_too_large"),
+        (OutcomeKind.TRANSLATION_FAILED, "translation_failed"),
     ],
 )
 def test_an_upstream_cut_before_any_byte_becomes_a_502(kind: OutcomeKind, code: str) -> None:
@@ -121,6 +122,7 @@ def test_a_stream_ended_by_proxai_gets_one_code_before_or_after_its_first_byte(
         OutcomeKind.STALLED_IDLE,
         OutcomeKind.TOTAL_TIMEOUT,
         OutcomeKind.SHUTDOWN,
+        OutcomeKind.TRANSLATION_FAILED,
     ],
 )
 def test_the_upstreams_end_after_the_clients_translated_end_leaves_the_response_whole(
@@ -146,3 +148,9 @@ def test_before_the_clients_end_or_for_its_own_stall_the_verdict_stands() -> Non
     assert after_client_end(eof, client_end=None) == (eof, None)
     stalled = Verdict(OutcomeKind.CLIENT_STALLED, "the client read nothing")
     assert after_client_end(stalled, client_end=OutcomeKind.COMPLETED) == (stalled, None)
+
+
+def test_a_translation_that_failed_with_no_error_to_write_is_broken_off() -> None:
+    verdict = Verdict(OutcomeKind.TRANSLATION_FAILED, "translation failed (X: y)")
+    end = decide(verdict, status=200, forwarded=True, finished=False, can_abort=True)
+    assert (end.kind, end.abort) == (OutcomeKind.TRANSLATION_FAILED, True)

@@ -8,17 +8,29 @@ and answered in the shape the client asked for.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from proxai.outcome import OutcomeKind
+from proxai.protocols.names import WireApi
+from proxai.protocols.observer import Verdict
 from proxai.testing import Reset, Script, Send, Stall
-from proxai.testing.streams import FAST_TIMEOUTS
+from proxai.testing.streams import FAST_TIMEOUTS, data_frames
+from proxai.translate.decoders.chat import ChatDecoder
+from proxai.translate.encoders.responses import ResponsesEncoder
+from proxai.translate.ir import TranslationContext
+from proxai.translate.stream import ResponseTranslator
+from proxai.wire.sse import SSEFramer
 from tests.faults.kits import KITS
 from tests.test_translation import (
     CHAT_UPSTREAM,
+    TEXT_STREAM,
     TOOL_CALL_STREAM,
+    anthropic_client,
+    capture,
+    chunk,
     messages_stream,
     openai_client,
     responses_stream,
@@ -134,3 +146,171 @@ async def test_a_stall_has_one_code_passed_through_translated_and_before_the_fir
     )
     assert outcome.kind is OutcomeKind.STALLED_IDLE
     assert code == "upstream_timeout"
+
+
+# --- item 10: a translator's failure is the client's protocol error --------------------------
+
+#: A count orjson can read but no sum of it can be written (the usage of a broken server).
+HUGE = 2**64 - 1
+#: The largest count proxai passes on: the largest integer a JSON reader in JavaScript
+#: holds exactly.
+MAX_TOKEN_COUNT = 2**53 - 1
+
+
+def _huge_usage_stream() -> list[bytes]:
+    usage = {"prompt_tokens": HUGE, "completion_tokens": 1, "total_tokens": HUGE}
+    return [*TEXT_STREAM[:3], chunk(None, usage=usage), b"data: [DONE]\n\n"]
+
+
+async def test_absurd_usage_counts_are_clamped_for_a_responses_client(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    final, _, (outcome,) = await run(
+        start_upstream, proxai_for, [sse(_huge_usage_stream())], responses_stream
+    )
+    assert final.output_text == "It is sunny."
+    assert final.usage.input_tokens == MAX_TOKEN_COUNT
+    assert final.usage.total_tokens == MAX_TOKEN_COUNT + 1
+    assert outcome.kind is OutcomeKind.COMPLETED
+
+
+async def test_absurd_usage_counts_are_clamped_for_a_messages_client(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    final, _, _ = await run(
+        start_upstream, proxai_for, [sse(_huge_usage_stream())], messages_stream
+    )
+    assert final.content[0].text == "It is sunny."
+    assert final.usage.input_tokens == MAX_TOKEN_COUNT
+
+
+@pytest.fixture
+def failing_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Chat decoder raises on a chunk that says ``boom`` (a bug proxai must contain)."""
+    original = ChatDecoder._chunk
+
+    def chunk_or_boom(self: ChatDecoder, data: dict[str, Any]) -> list[Any]:
+        if "boom" in json.dumps(data):
+            raise ValueError("boom")
+        return original(self, data)
+
+    monkeypatch.setattr(ChatDecoder, "_chunk", chunk_or_boom)
+
+
+BOOM = chunk({"content": "boom"})
+
+
+async def test_a_translator_failure_mid_stream_is_the_responses_clients_error(
+    start_upstream: Any, proxai_for: Any, failing_decoder: None
+) -> None:
+    stream = [*TEXT_STREAM[:2], BOOM, *TEXT_STREAM[2:]]
+    error, upstream, (outcome,) = await run(
+        start_upstream, proxai_for, [sse(stream, then=[Stall()])], capture(responses_stream)
+    )
+    assert isinstance(error, openai.APIError) and not isinstance(error, openai.APIStatusError)
+    assert error.code == "translation_failed"
+    assert "ValueError: boom" in error.message
+    assert outcome.kind is OutcomeKind.TRANSLATION_FAILED
+    assert upstream.requests[0].closed_at is not None  # the upstream was let go at once
+
+
+async def test_a_translator_failure_mid_stream_is_the_messages_clients_error(
+    start_upstream: Any, proxai_for: Any, failing_decoder: None
+) -> None:
+    stream = [*TEXT_STREAM[:2], BOOM, *TEXT_STREAM[2:]]
+    error, _, (outcome,) = await run(
+        start_upstream, proxai_for, [sse(stream)], capture(messages_stream)
+    )
+    assert isinstance(error, anthropic.APIStatusError)
+    assert error.body["error"]["type"] == "api_error"
+    assert "translation failed" in error.body["error"]["message"]
+    assert outcome.kind is OutcomeKind.TRANSLATION_FAILED
+
+
+async def test_a_translator_failure_before_the_first_byte_is_a_502(
+    start_upstream: Any, proxai_for: Any, failing_decoder: None
+) -> None:
+    error, _, (outcome,) = await run(
+        start_upstream, proxai_for, [sse([BOOM, *TEXT_STREAM])], capture(responses_stream)
+    )
+    assert isinstance(error, openai.APIStatusError)
+    assert (error.status_code, error.code) == (502, "translation_failed")
+    assert outcome.kind is OutcomeKind.TRANSLATION_FAILED
+
+
+async def test_a_translator_failure_on_a_whole_body_is_a_502(
+    start_upstream: Any, proxai_for: Any, failing_decoder: None
+) -> None:
+    completion = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "boom"}}],
+    }
+
+    def create(url: str) -> Any:
+        return anthropic_client(url).messages.create(
+            model="m", max_tokens=9, messages=[{"role": "user", "content": "hi"}]
+        )
+
+    error, _, (outcome,) = await run(
+        start_upstream, proxai_for, [Script.json(completion)], capture(create)
+    )
+    assert isinstance(error, anthropic.InternalServerError)
+    assert error.status_code == 502
+    assert error.body["error"]["type"] == "api_error"
+    assert outcome.kind is OutcomeKind.TRANSLATION_FAILED
+
+
+# --- the translator's containment, sans-io ---------------------------------------------------
+
+
+class _FailingUsage(ResponsesEncoder):
+    """Fails while it writes its terminal event, after marking itself finished."""
+
+    def _usage_json(self) -> dict[str, Any]:
+        raise OverflowError("no")
+
+
+def _translator(encoder: type[ResponsesEncoder] = ResponsesEncoder) -> ResponseTranslator:
+    ctx = TranslationContext(client=WireApi.RESPONSES, upstream=WireApi.CHAT, stream=True)
+    translator = ResponseTranslator(ctx, ChatDecoder(), encoder(ctx))
+    translator.start(200)
+    return translator
+
+
+def _frames(lines: list[bytes]) -> list[Any]:
+    return SSEFramer().feed(b"".join(lines))
+
+
+def test_an_encoder_that_fails_on_its_terminal_event_still_ends_the_stream_with_the_error() -> None:
+    translator = _translator(_FailingUsage)
+    out = translator.frames(_frames(TEXT_STREAM[:4]))
+    assert translator.broken == "translation failed (OverflowError: no)"
+    assert translator.client_end is None
+    events = [json.loads(f.data) for f in data_frames(out)]
+    assert events[-1]["type"] == "response.output_item.done"  # whole events up to the failure
+    closing = translator.closing(Verdict(OutcomeKind.TRANSLATION_FAILED, translator.broken))
+    error, failed = (json.loads(f.data) for f in data_frames(closing))
+    assert (error["type"], error["code"]) == ("error", "translation_failed")
+    assert failed["type"] == "response.failed"
+    assert (
+        failed["sequence_number"]
+        == error["sequence_number"] + 1
+        == events[-1]["sequence_number"] + 2
+    )
+    assert translator.frames(_frames(TEXT_STREAM[4:])) == b""  # nothing more is taken
+
+
+def test_a_failure_after_the_clients_end_adds_nothing_after_it() -> None:
+    translator = _translator()
+    out = translator.frames(_frames(TEXT_STREAM[:4]))
+    assert data_frames(out)[-1].event == "response.completed"
+    translator._decoder.feed = _raise  # type: ignore[method-assign]
+    assert translator.frames(_frames(TEXT_STREAM[4:])) == b""
+    assert translator.broken is not None and translator.client_end is OutcomeKind.COMPLETED
+    assert translator.closing(Verdict(OutcomeKind.TRANSLATION_FAILED, translator.broken)) == b""
+
+
+def _raise(*args: Any) -> Any:
+    raise RuntimeError("late")

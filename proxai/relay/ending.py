@@ -30,8 +30,14 @@ __all__ = [
 
 #: How an upstream's body can end short of its own terminal event without the client
 #: losing anything, once the client's translated stream has ended: proxai's own stream
-#: ends (shutdown included) are not the client's to see after its terminal event.
-_UPSTREAM_ENDS = UPSTREAM_CUT_SHORT | STREAM_DEADLINES | {OutcomeKind.SHUTDOWN}
+#: ends (shutdown, a translator that fails on what follows) are not the client's to see
+#: after its terminal event.
+_UPSTREAM_ENDS = (
+    UPSTREAM_CUT_SHORT | STREAM_DEADLINES | {OutcomeKind.SHUTDOWN, OutcomeKind.TRANSLATION_FAILED}
+)
+#: Ends a ``502`` says before the first byte: the upstream's body (or its translation)
+#: could not be relayed.
+_BAD_GATEWAY = UPSTREAM_CUT_SHORT | {OutcomeKind.TRANSLATION_FAILED}
 
 
 @attrs.frozen
@@ -85,10 +91,13 @@ def after_client_end(
     if client_end is None or verdict.kind not in _UPSTREAM_ENDS:
         return verdict, None
     if verdict.kind is OutcomeKind.UPSTREAM_EOF:
-        how = "ended without its terminal event"
+        what = "the upstream's stream ended without its terminal event"
+    elif verdict.kind is OutcomeKind.TRANSLATION_FAILED and verdict.detail:
+        what = verdict.detail
     else:
-        how = f"ended as {verdict.kind.value}" + (f" ({verdict.detail})" if verdict.detail else "")
-    return Verdict(client_end), f"the upstream's stream {how} after the client's response had ended"
+        what = f"the upstream's stream ended as {verdict.kind.value}"
+        what += f" ({verdict.detail})" if verdict.detail else ""
+    return Verdict(client_end), f"{what} after the client's response had ended"
 
 
 def client_gone(
@@ -125,7 +134,7 @@ def error_before_first_byte(verdict: Verdict) -> ProxyError:
     message = verdict.detail or "the upstream stream ended before its first event"
     if verdict.kind is OutcomeKind.SHUTDOWN:
         return shutdown_error(message)
-    if verdict.kind in UPSTREAM_CUT_SHORT:
+    if verdict.kind in _BAD_GATEWAY:
         code = ending_code(verdict.kind)
         return ProxyError(502, message, "server_error", code=code, kind=verdict.kind)
     code = ending_code(verdict.kind)

@@ -23,6 +23,7 @@ that a slow client slows the upstream read instead of filling proxai's memory::
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
@@ -46,6 +47,8 @@ from .reader import read_body, translated_headers
 from .writer import Downstream, Writer
 
 __all__ = ["READER_CHANNEL_SIZE", "WRITER_CHANNEL_SIZE", "Relay", "StreamSnapshot"]
+
+log = logging.getLogger("proxai")
 
 # Channel capacities, in messages (one upstream read or one batch of frames each).
 # Small on purpose: backpressure from a slow client must reach the upstream socket.
@@ -334,6 +337,8 @@ class Relay:
                         client.send_nowait(data)
                     except trio.WouldBlock:
                         await self._to_writer(client, data)
+                if self._translator is not None and self._translator.broken is not None:
+                    return self._translation_failed(), forwarded
                 continue
             assert isinstance(message, End)
             verdict = self._observer.on_end(
@@ -348,6 +353,8 @@ class Relay:
                 # unfinished upstream frame has no meaning in the client's API.
                 if not message.fault and not self._translator_streams:
                     whole = self._translator.whole_body()
+                    if self._translator.broken is not None:
+                        return self._translation_failed(), forwarded
                     forwarded = forwarded or bool(whole)
                     await self._to_writer(client, whole)
                 return verdict, forwarded
@@ -355,6 +362,19 @@ class Relay:
                 forwarded = True
                 await self._to_writer(client, message.tail)
             return verdict, forwarded
+
+    def _translation_failed(self) -> Verdict:
+        """The translator failed: let go of the upstream; the client gets its API's error."""
+        translator = self._translator
+        assert translator is not None and translator.broken is not None
+        self._reader_scope.cancel()
+        log.warning(
+            "request %s: %s",
+            self.outcome.request_id,
+            translator.broken,
+            exc_info=translator.exception,
+        )
+        return Verdict(OutcomeKind.TRANSLATION_FAILED, translator.broken)
 
     def _drain_queued(self, upstream: trio.MemoryReceiveChannel[ToObserver]) -> bytes:
         """The bytes of reads already queued by the reader, observed, for the writer."""
@@ -388,12 +408,21 @@ class Relay:
         whose stream already ended loses nothing to the upstream's end after it)."""
         translator = self._translator
         assert translator is not None
+        verdict = self._after_client_end(verdict)
+        if not self._translator_streams:
+            return attrs.evolve(verdict, closing=b"")
+        closing = translator.closing(verdict)
+        if translator.broken is not None and verdict.kind is not OutcomeKind.TRANSLATION_FAILED:
+            verdict = self._after_client_end(self._translation_failed())  # at the stream's end
+        return attrs.evolve(verdict, closing=closing)
+
+    def _after_client_end(self, verdict: Verdict) -> Verdict:
+        translator = self._translator
+        assert translator is not None
         verdict, anomaly = ending.after_client_end(verdict, client_end=translator.client_end)
         if anomaly is not None:
             self.outcome.anomalies.append(anomaly)
-        if not self._translator_streams:
-            return attrs.evolve(verdict, closing=b"")
-        return attrs.evolve(verdict, closing=translator.closing(verdict))
+        return verdict
 
     def _observe_frames(self, message: Body) -> None:
         """Count and feed a read's frames; if the observer fails on odd input, relay on

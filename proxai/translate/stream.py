@@ -7,6 +7,11 @@ How the stream ends is still the observer's verdict; the translator only says
 it in the client's words: the client's terminal event after a clean end, the
 client's error event after a stall, an early close or a fault, never a
 success the upstream did not send.
+
+A translator that fails (any exception from its decoder or encoder: a proxai defect
+on input nobody foresaw) is contained as a failing observer is: it records why
+(:attr:`ResponseTranslator.broken`), takes nothing more, and the client's stream ends
+with its API's error (``translation_failed``), or a ``502`` before the first byte.
 """
 
 from __future__ import annotations
@@ -47,6 +52,10 @@ class ResponseTranslator:
         #: How the client's stream ended, from the upstream's own events (``None``: not yet,
         #: or proxai ended it with an error of its own).
         self.client_end: OutcomeKind | None = None
+        #: Why translating failed (``None``: it has not); the relay then ends the response.
+        self.broken: str | None = None
+        #: The exception it failed with, for the log's traceback.
+        self.exception: Exception | None = None
 
     @property
     def pair(self) -> str:
@@ -64,18 +73,41 @@ class ResponseTranslator:
     # -- streams ---------------------------------------------------------------------------
 
     def frames(self, frames: Sequence[SSEFrame]) -> bytes:
-        """The client's bytes for a batch of the upstream's frames."""
+        """The client's bytes for a batch of the upstream's frames (those of the frames
+        before a failure, which are whole events, when translating fails)."""
         out: list[bytes] = []
-        for frame in frames:
-            if frame.data is None:
-                # An upstream keep-alive (``: ping``) stays one for the client: Anthropic
-                # clients get their ``ping`` event, SSE parsers skip a comment.
-                out.append(self._keepalive(frame.raw))
-                continue
-            for event in self._decoder.feed(frame):
-                out.append(self._encoder.feed(event))
-                self._ended_by(event)
+        if self.broken is not None:
+            return b""
+        try:
+            for frame in frames:
+                if frame.data is None:
+                    # An upstream keep-alive (``: ping``) stays one for the client: Anthropic
+                    # clients get their ``ping`` event, SSE parsers skip a comment.
+                    out.append(self._keepalive(frame.raw))
+                    continue
+                for event in self._decoder.feed(frame):
+                    out.append(self._encoder.feed(event))
+                    self._ended_by(event)
+        except Exception as exc:
+            self._break(exc)
         return b"".join(out)
+
+    def _break(self, exc: Exception) -> None:
+        """Translating failed: record why; the relay ends the response."""
+        self.broken = f"translation failed ({type(exc).__name__}: {exc})"[:500]
+        self.exception = exc
+
+    def _broken_closing(self) -> bytes:
+        """The client's error after a failure, unless its stream had already ended (then
+        nothing may follow); nothing if even that cannot be written (the relay then
+        breaks the body off)."""
+        if self.client_end is not None or self.broken is None:
+            return b""
+        try:
+            code = ending_code(OutcomeKind.TRANSLATION_FAILED)
+            return self._encoder.broken(self.broken, code=code)
+        except Exception:
+            return b""
 
     def _ended_by(self, event: Event) -> None:
         """Note how an upstream's terminal event ended the client's stream."""
@@ -99,18 +131,29 @@ class ResponseTranslator:
         if that does not finish the client's stream, or the verdict is a fault,
         the client's own error ends it.
         """
+        if self.broken is not None:
+            return self._broken_closing()
         encoder = self._encoder
         if encoder.finished:
             return b""
-        out = b""
-        if verdict.kind in (OutcomeKind.COMPLETED, OutcomeKind.INCOMPLETE, OutcomeKind.FAILED):
-            out = b"".join(encoder.feed(event) for event in self._decoder.close())
-            if encoder.finished:
-                return out
-        message = verdict.detail or "the upstream stream ended before its terminal event"
-        return out + encoder.fail(
-            message, code=ending_code(verdict.kind), try_again=verdict.kind in TRY_AGAIN
-        )
+        out: list[bytes] = []
+        try:
+            if verdict.kind in (OutcomeKind.COMPLETED, OutcomeKind.INCOMPLETE, OutcomeKind.FAILED):
+                for event in self._decoder.close():
+                    out.append(encoder.feed(event))
+                    self._ended_by(event)
+                if encoder.finished:
+                    return b"".join(out)
+            message = verdict.detail or "the upstream stream ended before its terminal event"
+            out.append(
+                encoder.fail(
+                    message, code=ending_code(verdict.kind), try_again=verdict.kind in TRY_AGAIN
+                )
+            )
+        except Exception as exc:
+            self._break(exc)
+            out.append(self._broken_closing())
+        return b"".join(out)
 
     # -- whole bodies ----------------------------------------------------------------------
 
@@ -119,7 +162,15 @@ class ResponseTranslator:
         self._body.append(data)
 
     def whole_body(self) -> bytes:
-        """The client's body for the whole upstream body (a response, or an error)."""
+        """The client's body for the whole upstream body (a response, or an error); empty,
+        with :attr:`broken` set, when translating it fails."""
+        try:
+            return self._whole_body()
+        except Exception as exc:
+            self._break(exc)
+            return b""
+
+    def _whole_body(self) -> bytes:
         raw = b"".join(self._body)
         if not 200 <= self._status < 300:
             return translate_error_body(

@@ -47,6 +47,13 @@ class EncoderBase(abc.ABC):
     def finished(self) -> bool:
         return self._finished
 
+    def broken(self, message: str, *, code: str) -> bytes:
+        """The client's error after the translation itself failed, whatever state the
+        failure left this encoder in: a terminal event it was writing when it failed
+        never reached the client, so the error still may (and must) follow."""
+        self._finished = False
+        return self.fail(message, code=code, try_again=False)
+
     def feed(self, event: Event) -> bytes:
         if self._finished:
             return b""
@@ -75,6 +82,10 @@ class EncoderBase(abc.ABC):
         self._id = derive_id(event.id, self.ID_PREFIX)
         self._model = self._ctx.model or event.model or "unknown"
         return self._opened(event)
+
+    @abc.abstractmethod
+    def fail(self, message: str, *, code: str | None, try_again: bool) -> bytes:
+        """Close the client's stream with its API's error (see ``ir.Encoder.fail``)."""
 
     @abc.abstractmethod
     def _opened(self, event: Started) -> bytes:
