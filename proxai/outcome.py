@@ -14,6 +14,7 @@ import attrs
 
 __all__ = [
     "CUT_SHORT",
+    "ENDED_WELL",
     "MAX_USAGE_DEPTH",
     "RETRYABLE_BEFORE_HEAD",
     "STALLS",
@@ -79,6 +80,9 @@ CUT_SHORT = (
     | STREAM_DEADLINES
     | {OutcomeKind.CLIENT_STALLED, OutcomeKind.SHUTDOWN, OutcomeKind.TRANSLATION_FAILED}
 )
+#: The upstream's body ended as its protocol ends a response (its terminal event, or for
+#: a body no observer knows, its end): what the client got is the upstream's whole answer.
+ENDED_WELL = frozenset({OutcomeKind.COMPLETED, OutcomeKind.INCOMPLETE, OutcomeKind.FAILED})
 #: Ends a client should simply try again, elsewhere if it can (Anthropic's
 #: ``overloaded_error``, which its SDKs retry): proxai gave up waiting, nothing failed.
 TRY_AGAIN = STREAM_DEADLINES | {OutcomeKind.SHUTDOWN}

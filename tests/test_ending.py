@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxai.errors import ending_code
+from proxai.errors import ProxyError, ending_code
 from proxai.outcome import OutcomeKind
 from proxai.protocols.observer import Verdict
 from proxai.relay.ending import after_client_end, decide, head_timeout
@@ -154,3 +154,24 @@ def test_a_translation_that_failed_with_no_error_to_write_is_broken_off() -> Non
     verdict = Verdict(OutcomeKind.TRANSLATION_FAILED, "translation failed (X: y)")
     end = decide(verdict, status=200, forwarded=True, finished=False, can_abort=True)
     assert (end.kind, end.abort) == (OutcomeKind.TRANSLATION_FAILED, True)
+
+
+def test_a_response_made_whole_goes_out_whole_and_an_error_instead_of_it_as_its_status() -> None:
+    completed = Verdict(OutcomeKind.COMPLETED)
+    body = b'{"object": "response"}'
+    end = decide(completed, status=200, forwarded=False, finished=False, can_abort=True, whole=body)
+    assert (end.kind, end.error, end.closing, end.abort) == (
+        OutcomeKind.COMPLETED,
+        None,
+        body,
+        False,
+    )
+    refusal = ProxyError(502, "not a JSON object", "server_error", code="upstream_invalid_body")
+    end = decide(
+        completed, status=200, forwarded=False, finished=False, can_abort=True, whole=refusal
+    )
+    assert (end.kind, end.error, end.closing) == (OutcomeKind.PROXY_ERROR, refusal, b"")
+    translated_error = decide(
+        completed, status=429, forwarded=False, finished=False, can_abort=True, whole=b"{}"
+    )
+    assert (translated_error.kind, translated_error.closing) == (OutcomeKind.UPSTREAM_ERROR, b"{}")

@@ -8,7 +8,9 @@ and answered in the shape the client asked for.
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from typing import Any
 
 import pytest
@@ -314,3 +316,165 @@ def test_a_failure_after_the_clients_end_adds_nothing_after_it() -> None:
 
 def _raise(*args: Any) -> Any:
     raise RuntimeError("late")
+
+
+# --- item 11: a whole body in the shape the client asked for ----------------------------------
+
+COMPLETION = {
+    "id": "chatcmpl-9",
+    "object": "chat.completion",
+    "created": 1767225600,
+    "model": "qwen3-coder",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "Bonjour"},
+            "finish_reason": "stop",
+        }
+    ],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+}
+
+
+def _responses_create(url: str) -> Any:
+    return openai_client(url).responses.create(model="qwen3-coder", input="Say hello")
+
+
+def _messages_create(url: str) -> Any:
+    return anthropic_client(url).messages.create(
+        model="qwen3-coder", max_tokens=64, messages=[{"role": "user", "content": "Say hello"}]
+    )
+
+
+def _plain_stream(url: str) -> Any:
+    with anthropic_client(url).messages.stream(
+        model="qwen3-coder", max_tokens=64, messages=[{"role": "user", "content": "Say hello"}]
+    ) as stream:
+        return stream.get_final_message()
+
+
+def _responses_final(url: str) -> Any:
+    with openai_client(url).responses.stream(model="qwen3-coder", input="Say hello") as stream:
+        return stream.get_final_response()
+
+
+async def test_a_whole_body_from_an_upstream_that_ignored_stream_reaches_a_stream_client_as_events(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    final, _, (outcome,) = await run(
+        start_upstream, proxai_for, [Script.json(COMPLETION)], _responses_final
+    )
+    assert final.output_text == "Bonjour"
+    assert final.status == "completed" and final.usage.total_tokens == 7
+    assert outcome.kind is OutcomeKind.COMPLETED
+
+
+async def test_a_whole_body_reaches_a_messages_stream_client_as_events(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    final, _, _ = await run(start_upstream, proxai_for, [Script.json(COMPLETION)], _plain_stream)
+    assert final.content[0].text == "Bonjour" and final.stop_reason == "end_turn"
+
+
+async def test_a_stream_from_an_upstream_reaches_a_client_that_asked_for_none_as_one_body(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    response, _, (outcome,) = await run(
+        start_upstream, proxai_for, [sse(TOOL_CALL_STREAM)], _responses_create
+    )
+    assert [item.type for item in response.output] == ["reasoning", "message", "function_call"]
+    assert response.output[2].arguments == '{"city": "Paris"}'
+    assert response.usage.input_tokens == 120
+    assert outcome.kind is OutcomeKind.COMPLETED
+
+
+async def test_a_stream_reaches_a_messages_client_that_asked_for_none_as_one_message(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    message, _, (outcome,) = await run(
+        start_upstream, proxai_for, [sse(TOOL_CALL_STREAM)], _messages_create
+    )
+    assert [block.type for block in message.content] == ["thinking", "text", "tool_use"]
+    assert message.content[2].input == {"city": "Paris"}
+    assert message.stop_reason == "tool_use"
+    assert outcome.kind is OutcomeKind.COMPLETED
+
+
+async def test_a_stream_cut_short_for_a_client_that_asked_for_none_is_a_502(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    error, _, (outcome,) = await run(
+        start_upstream, proxai_for, [sse(TEXT_STREAM[:2])], capture(_responses_create)
+    )
+    assert isinstance(error, openai.APIStatusError)
+    assert (error.status_code, error.code) == (502, "upstream_closed")
+    assert outcome.kind is OutcomeKind.UPSTREAM_EOF
+
+
+def _html(status: int = 200) -> Script:
+    page = b"<html><body>Welcome to nginx!</body></html>"
+    return Script(
+        status=status,
+        headers=[("content-type", "text/html")],
+        steps=[Send(page)],
+        content_length=True,
+    )
+
+
+async def test_a_2xx_body_that_is_not_json_is_a_502_in_the_clients_shape(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    error, _, (outcome,) = await run(
+        start_upstream, proxai_for, [_html()], capture(_responses_create)
+    )
+    assert isinstance(error, openai.InternalServerError)
+    assert (error.status_code, error.code) == (502, "upstream_invalid_body")
+    assert "not a JSON object" in error.message
+    assert outcome.status == 502 and outcome.kind is OutcomeKind.PROXY_ERROR
+    error, _, _ = await run(start_upstream, proxai_for, [_html()], capture(_messages_create))
+    assert isinstance(error, anthropic.InternalServerError) and error.status_code == 502
+    assert error.body["error"]["type"] == "api_error"
+
+
+def _encoded(data: bytes, coding: str) -> Script:
+    return Script(
+        headers=[("content-type", "application/json"), ("content-encoding", coding)],
+        steps=[Send(data)],
+        content_length=True,
+    )
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+async def test_a_compressed_whole_body_is_decoded_then_translated(
+    start_upstream: Any, proxai_for: Any, coding: str
+) -> None:
+    raw = json.dumps(COMPLETION).encode()
+    data = gzip.compress(raw) if coding == "gzip" else zlib.compress(raw)
+    response, _, (outcome,) = await run(
+        start_upstream, proxai_for, [_encoded(data, coding)], _responses_create
+    )
+    assert response.output_text == "Bonjour"
+    assert outcome.kind is OutcomeKind.COMPLETED
+
+
+async def test_a_whole_body_in_a_coding_proxai_cannot_decode_is_a_502_naming_it(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    error, _, _ = await run(
+        start_upstream, proxai_for, [_encoded(b"\x8b\x00", "br")], capture(_messages_create)
+    )
+    assert isinstance(error, anthropic.InternalServerError) and error.status_code == 502
+    assert "content coding br" in error.body["error"]["message"]
+
+
+async def test_a_whole_error_body_in_a_2xx_is_a_502_with_the_upstreams_words(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    body = {"error": {"message": "model is loading", "type": "server_error", "code": "loading"}}
+    error, _, (outcome,) = await run(
+        start_upstream, proxai_for, [Script.json(body)], capture(_responses_create)
+    )
+    assert isinstance(error, openai.InternalServerError)
+    assert (error.status_code, error.code) == (502, "loading")
+    assert error.body["message"] == "model is loading"
+    assert outcome.kind is OutcomeKind.FAILED

@@ -55,16 +55,28 @@ class Ending:
 
 
 def decide(
-    verdict: Verdict, *, status: int, forwarded: bool, finished: bool, can_abort: bool
+    verdict: Verdict,
+    *,
+    status: int,
+    forwarded: bool,
+    finished: bool,
+    can_abort: bool,
+    whole: bytes | ProxyError | None = None,
 ) -> Ending:
     """The end of a response whose upstream answered ``status``.
 
     ``forwarded``: some body byte reached the client. ``finished``: the observer saw
     the protocol's terminal event. ``can_abort``: the server breaks the connection of
     a body ended without its final message (HTTP/1.1, not hypercorn's HTTP/2).
+    ``whole``: a translated response made all at once at the upstream's end (nothing of
+    it was forwarded): the client's bytes, or proxai's error to answer instead.
     """
+    if isinstance(whole, ProxyError):
+        return Ending(whole.kind or OutcomeKind.PROXY_ERROR, whole.message, error=whole)
     if not 200 <= status < 300 and verdict.kind is OutcomeKind.COMPLETED:
         verdict = Verdict(OutcomeKind.UPSTREAM_ERROR, f"upstream answered {status}")
+    if whole is not None:
+        return Ending(verdict.kind, verdict.detail, closing=whole)
     if not forwarded and (verdict.closing or verdict.kind in CUT_SHORT):
         return Ending(verdict.kind, verdict.detail, error=error_before_first_byte(verdict))
     # Nothing in the protocol's shape to say it (no observer knows this body): end the

@@ -32,7 +32,7 @@ import attrs
 import trio
 
 from ..errors import SHUTDOWN_MESSAGE, ProxyError, shutdown_error
-from ..outcome import Outcome, OutcomeKind
+from ..outcome import ENDED_WELL, Outcome, OutcomeKind
 from ..protocols.observer import ObserverSnapshot, PassThroughObserver, StreamObserver, Verdict
 from ..protocols.tracking import AFTER_TERMINAL_GRACE
 from ..translate.stream import ResponseTranslator
@@ -267,10 +267,11 @@ class Relay:
                 self._observer = target.observer_factory(target.timeouts)
             if target.translator is not None:
                 self._translator = translator = target.translator()
-                translator.start(head.status)
+                translator.start(head.status, head.headers, sse=head.sse)
                 self.outcome.translation = translator.pair
                 self.outcome.dropped = list(translator.context.dropped)
-                head = attrs.evolve(head, headers=translated_headers(head.headers, head.sse))
+                headers = translated_headers(head.headers, sse=translator.streams)
+                head = attrs.evolve(head, headers=headers)
             self._observer.on_start(head.at)
             await client.send(head)
             writer = self._writer
@@ -287,14 +288,19 @@ class Relay:
                     verdict = self._observer.on_total_timeout(self._clock.now())
                 forwarded = True
                 writer.after_stall = blocked.pending + verdict.closing
+            whole: bytes | ProxyError | None = None
             if self._translator is not None:
                 verdict = self._translated_verdict(verdict)
+                whole = self._whole_response(verdict)
+                if whole is not None and self._translator.broken is not None:
+                    verdict = self._translation_failed()
             end = ending.decide(
                 verdict,
                 status=head.status,
                 forwarded=forwarded,
                 finished=self._observer.finished,
                 can_abort=self._exchange.can_abort,
+                whole=whole,
             )
             self._observer.fill(self.outcome)
             if self._translator is not None and self._translator.failed:
@@ -321,7 +327,15 @@ class Relay:
         Returns the verdict and whether any byte went to the client.
         """
         forwarded = False
+        translator = self._translator
         while True:
+            if translator is not None and translator.broken is not None:
+                return self._translation_failed(), forwarded
+            if translator is not None and translator.refusal is not None:
+                # A body proxai will not translate: nothing more of it is needed.
+                self._reader_scope.cancel()
+                refusal = translator.refusal
+                return Verdict(refusal.kind or OutcomeKind.PROXY_ERROR, refusal.message), forwarded
             message = await self._next_message(upstream, self._observer)
             if message is None:  # a deadline passed first
                 self._reader_scope.cancel()
@@ -337,8 +351,6 @@ class Relay:
                         client.send_nowait(data)
                     except trio.WouldBlock:
                         await self._to_writer(client, data)
-                if self._translator is not None and self._translator.broken is not None:
-                    return self._translation_failed(), forwarded
                 continue
             assert isinstance(message, End)
             verdict = self._observer.on_end(
@@ -351,12 +363,6 @@ class Relay:
             if self._translator is not None:
                 # A translated body goes out whole or as the client's events: an
                 # unfinished upstream frame has no meaning in the client's API.
-                if not message.fault and not self._translator_streams:
-                    whole = self._translator.whole_body()
-                    if self._translator.broken is not None:
-                        return self._translation_failed(), forwarded
-                    forwarded = forwarded or bool(whole)
-                    await self._to_writer(client, whole)
                 return verdict, forwarded
             if message.tail and (not verdict.closing or not message.tail.strip(b"\r\n")):
                 forwarded = True
@@ -388,20 +394,26 @@ class Relay:
                 self._observe_frames(message)
                 data.append(self._client_bytes(message))
 
-    @property
-    def _translator_streams(self) -> bool:
-        """The translated response is a stream (else a whole body, held until its end)."""
-        return self.outcome.streaming is True
-
     def _client_bytes(self, message: Body) -> bytes:
-        """What the client gets for one upstream read: the bytes, or their translation."""
+        """What the client gets for one upstream read: the bytes, or their translation
+        (nothing yet for a response the client gets whole)."""
         translator = self._translator
         if translator is None:
             return message.data
-        if self._translator_streams:
-            return translator.frames(message.frames)
-        translator.body_part(message.data)
-        return b""
+        return translator.feed(message.data, message.frames)
+
+    def _whole_response(self, verdict: Verdict) -> bytes | ProxyError | None:
+        """A translated response made at the upstream's end (the client asked for no stream,
+        or the upstream answered whole): its bytes, or proxai's error instead; ``None`` when
+        its events passed as they came, or when the body did not end well (the verdict then
+        says the error)."""
+        translator = self._translator
+        assert translator is not None
+        if translator.passes_frames:
+            return None
+        if translator.refusal is None and verdict.kind not in ENDED_WELL:
+            return None
+        return translator.whole()
 
     def _translated_verdict(self, verdict: Verdict) -> Verdict:
         """The observer's verdict with its closing bytes in the client's API (a client
@@ -409,7 +421,7 @@ class Relay:
         translator = self._translator
         assert translator is not None
         verdict = self._after_client_end(verdict)
-        if not self._translator_streams:
+        if not translator.passes_frames:
             return attrs.evolve(verdict, closing=b"")
         closing = translator.closing(verdict)
         if translator.broken is not None and verdict.kind is not OutcomeKind.TRANSLATION_FAILED:

@@ -1,5 +1,14 @@
 """One translated response: an upstream's frames or body in, the client's bytes out.
 
+The client gets its response in the shape it asked for, whatever the upstream did
+with ``stream``: an event stream translated frame by frame; or, held until the
+upstream's body has ended (and bounded), one JSON body for a client that asked for no
+stream, or the client's events for one that asked for a stream from an upstream that
+answered whole. A whole body is decoded first when the upstream compressed it anyway
+(``gzip``, ``deflate``); one that is not its API's JSON object, or whose coding proxai
+cannot undo, or that reports its own failure, is a ``502`` in the client's error shape
+(:attr:`ResponseTranslator.refusal`), never a ``200`` with an error inside.
+
 The relay drives a :class:`ResponseTranslator` beside the upstream's observer:
 the observer keeps the deadlines on the upstream's stream (it knows that
 protocol), the translator turns what is forwarded into the client's protocol.
@@ -20,17 +29,27 @@ from collections.abc import Callable, Sequence
 
 import orjson
 
-from ..errors import ending_code
-from ..outcome import TRY_AGAIN, OutcomeKind
+from ..errors import ProxyError, ending_code
+from ..outcome import ENDED_WELL, TRY_AGAIN, OutcomeKind
 from ..protocols.observer import Verdict
+from ..wire.coding import CorruptCoding, coding_names, content_codings, decodable
+from ..wire.coding import Decoder as Inflater
+from ..wire.headers import Headers
 from ..wire.sse import SSEFrame
 from .ir import Decoder, Encoder, Event, Failed, Finished, FinishReason, TranslationContext
 from .requests import translate_error_body
+from .requests.errors import read_error
 
 __all__ = ["ResponseTranslator", "TranslatorFactory"]
 
 #: Finish reasons whose answer is cut short: the stream ends ``incomplete``.
 _INCOMPLETE = frozenset({FinishReason.LENGTH, FinishReason.CONTENT_FILTER})
+#: The code of proxai's ``502`` for an upstream body it cannot translate.
+INVALID_BODY = "upstream_invalid_body"
+
+
+def _invalid_body(message: str) -> ProxyError:
+    return ProxyError(502, message, "server_error", code=INVALID_BODY, kind=OutcomeKind.PROXY_ERROR)
 
 
 class ResponseTranslator:
@@ -46,9 +65,15 @@ class ResponseTranslator:
         self._decoder = decoder
         self._encoder = encoder
         self._status = 200
+        self._upstream_sse = False
+        #: The client gets an event stream (it asked for one, and the upstream answered 2xx).
+        self.streams = False
         self._body: list[bytes] = []
+        self._inflater: Inflater | None = None
+        self._unreadable = False  # an error body in a coding proxai cannot undo
         #: The upstream reported an error in-band (the encoder said it in the client's terms).
         self.failed = False
+        self._failure: Failed | None = None
         #: How the client's stream ended, from the upstream's own events (``None``: not yet,
         #: or proxai ended it with an error of its own).
         self.client_end: OutcomeKind | None = None
@@ -56,6 +81,9 @@ class ResponseTranslator:
         self.broken: str | None = None
         #: The exception it failed with, for the log's traceback.
         self.exception: Exception | None = None
+        #: proxai's error instead of the response (a body it cannot translate): once set,
+        #: the relay takes nothing more from the upstream and answers it.
+        self.refusal: ProxyError | None = None
 
     @property
     def pair(self) -> str:
@@ -67,8 +95,39 @@ class ResponseTranslator:
         """The client's stream has its terminal event; the upstream's may still follow."""
         return self._encoder.finished
 
-    def start(self, status: int) -> None:
+    @property
+    def passes_frames(self) -> bool:
+        """An event stream translated frame by frame for a client that asked for one; else
+        the client's response is made once the upstream's body has ended (:meth:`whole`)."""
+        return self.streams and self._upstream_sse
+
+    def start(self, status: int, headers: Headers | None = None, *, sse: bool = False) -> None:
+        """The upstream's head: its status, headers and whether its body is an event stream."""
         self._status = status
+        self._upstream_sse = sse
+        self.streams = self.context.stream and 200 <= status < 300
+        codings = [] if sse or headers is None else content_codings(headers)  # a stream: decoded
+        if codings and decodable(codings):
+            self._inflater = Inflater(codings[0])
+        elif codings:
+            names = coding_names(codings)
+            if 200 <= status < 300:
+                self.refusal = _invalid_body(
+                    f"the upstream answered {status} in content coding {names}, "
+                    "which proxai cannot decode to translate it"
+                )
+            else:  # its status still says what happened; its words are unreadable
+                self._body = [f"the upstream answered {status} in content coding {names}".encode()]
+                self._unreadable = True
+
+    def feed(self, data: bytes, frames: Sequence[SSEFrame]) -> bytes:
+        """One upstream read (its bytes, and its frames for an event stream): the client's
+        bytes for it now (only when frames pass translated; else they are held)."""
+        if self._upstream_sse:
+            out = self.frames(frames)
+            return out if self.streams else b""
+        self.body_part(data)
+        return b""
 
     # -- streams ---------------------------------------------------------------------------
 
@@ -92,6 +151,16 @@ class ResponseTranslator:
             self._break(exc)
         return b"".join(out)
 
+    def _ended_by(self, event: Event) -> None:
+        """Note how an upstream's terminal event ended the client's stream."""
+        if isinstance(event, Failed):
+            self.failed = True
+            self._failure = event
+            self.client_end = OutcomeKind.FAILED
+        elif isinstance(event, Finished) and self.client_end is None:
+            incomplete = event.reason in _INCOMPLETE
+            self.client_end = OutcomeKind.INCOMPLETE if incomplete else OutcomeKind.COMPLETED
+
     def _break(self, exc: Exception) -> None:
         """Translating failed: record why; the relay ends the response."""
         self.broken = f"translation failed ({type(exc).__name__}: {exc})"[:500]
@@ -108,15 +177,6 @@ class ResponseTranslator:
             return self._encoder.broken(self.broken, code=code)
         except Exception:
             return b""
-
-    def _ended_by(self, event: Event) -> None:
-        """Note how an upstream's terminal event ended the client's stream."""
-        if isinstance(event, Failed):
-            self.failed = True
-            self.client_end = OutcomeKind.FAILED
-        elif isinstance(event, Finished) and self.client_end is None:
-            incomplete = event.reason in _INCOMPLETE
-            self.client_end = OutcomeKind.INCOMPLETE if incomplete else OutcomeKind.COMPLETED
 
     def _keepalive(self, raw: bytes) -> bytes:
         if self._encoder.finished:
@@ -138,10 +198,8 @@ class ResponseTranslator:
             return b""
         out: list[bytes] = []
         try:
-            if verdict.kind in (OutcomeKind.COMPLETED, OutcomeKind.INCOMPLETE, OutcomeKind.FAILED):
-                for event in self._decoder.close():
-                    out.append(encoder.feed(event))
-                    self._ended_by(event)
+            if verdict.kind in ENDED_WELL:
+                out += self._flush()
                 if encoder.finished:
                     return b"".join(out)
             message = verdict.detail or "the upstream stream ended before its terminal event"
@@ -155,38 +213,103 @@ class ResponseTranslator:
             out.append(self._broken_closing())
         return b"".join(out)
 
-    # -- whole bodies ----------------------------------------------------------------------
+    def _flush(self) -> list[bytes]:
+        """The client's bytes for what the decoder still held at a clean end."""
+        out = []
+        for event in self._decoder.close():
+            out.append(self._encoder.feed(event))
+            self._ended_by(event)
+        return out
+
+    # -- responses made whole --------------------------------------------------------------
 
     def body_part(self, data: bytes) -> None:
         """Hold a part of a whole (non-streamed) body until it ends."""
-        self._body.append(data)
-
-    def whole_body(self) -> bytes:
-        """The client's body for the whole upstream body (a response, or an error); empty,
-        with :attr:`broken` set, when translating it fails."""
+        if self.refusal is not None or self.broken is not None or self._unreadable:
+            return
+        if self._inflater is None:
+            self._body.append(data)
+            return
         try:
-            return self._whole_body()
+            self._body += self._inflater.feed(data)
+        except CorruptCoding as exc:
+            self.refusal = _invalid_body(f"the upstream's body is not valid {exc}")
+
+    def whole(self) -> bytes | ProxyError:
+        """The client's response once the upstream's body ended well (:attr:`passes_frames`
+        false): its JSON body, or its events when it asked for a stream; or proxai's error
+        instead (:attr:`refusal`; a ``502`` ``translation_failed``, with :attr:`broken`
+        set, when translating fails)."""
+        try:
+            return self._whole()
         except Exception as exc:
             self._break(exc)
-            return b""
-
-    def _whole_body(self) -> bytes:
-        raw = b"".join(self._body)
-        if not 200 <= self._status < 300:
-            return translate_error_body(
-                self._status, raw, self.context.upstream, self.context.client
+            message = self.broken or "translation failed"
+            code = ending_code(OutcomeKind.TRANSLATION_FAILED)
+            return ProxyError(
+                502, message, "server_error", code=code, kind=OutcomeKind.TRANSLATION_FAILED
             )
+
+    def _whole(self) -> bytes | ProxyError:
+        if self.refusal is None and not self._upstream_sse:
+            self._decode_body()
+        if self.refusal is not None:
+            return self.refusal
+        if self._upstream_sse:  # its events were fed frame by frame; the rest now
+            events = self._flush()
+        elif not 200 <= self._status < 300:
+            return translate_error_body(
+                self._status, b"".join(self._body), self.context.upstream, self.context.client
+            )
+        else:
+            events = self._body_events()
+            if self.refusal is not None:
+                return self.refusal
+        if self._failure is not None:
+            return self._failed_in_band(self._failure)
+        return b"".join(events) if self.streams else self._encoder.body()
+
+    def _decode_body(self) -> None:
+        """Finish undoing the body's content coding."""
+        if self._inflater is not None:
+            try:
+                rest = self._inflater.close()
+            except CorruptCoding as exc:
+                self.refusal = _invalid_body(f"the upstream's body is not valid {exc}")
+                return
+            self._body.append(rest)
+
+    def _body_events(self) -> list[bytes]:
+        """Feed the events of the whole JSON body to the encoder; its bytes for them."""
+        raw = b"".join(self._body)
+        self._body.clear()
         try:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError:
             data = None
         if not isinstance(data, dict):
-            return translate_error_body(502, raw, self.context.upstream, self.context.client)
+            what = read_error(self._status, raw)[0][:200] if raw.strip() else "an empty body"
+            self.refusal = _invalid_body(
+                f"the upstream answered {self._status} with a body that is not a JSON "
+                f"object: {what}"
+            )
+            return []
+        out = []
         for event in self._decoder.decode_body(data):
-            if isinstance(event, Failed):
-                self.failed = True
-            self._encoder.feed(event)
-        return self._encoder.body()
+            out.append(self._encoder.feed(event))
+            self._ended_by(event)
+        return out
+
+    def _failed_in_band(self, failure: Failed) -> ProxyError:
+        """A whole response that says it failed: an HTTP error with the upstream's words,
+        not a ``200`` with an error inside (nothing of it reached the client yet)."""
+        return ProxyError(
+            502,
+            failure.message,
+            failure.type or "server_error",
+            code=failure.code,
+            kind=OutcomeKind.FAILED,
+        )
 
 
 #: Builds a response's translator (one per attempt: each gets a fresh one).
