@@ -15,14 +15,26 @@ from typing import Any
 
 import pytest
 
+from proxai.config import ConfigError, load_config
 from proxai.outcome import OutcomeKind
 from proxai.protocols.names import WireApi
 from proxai.protocols.observer import Verdict
 from proxai.testing import Reset, Script, Send, Stall
 from proxai.testing.streams import FAST_TIMEOUTS, data_frames
 from proxai.translate.decoders.chat import ChatDecoder
+from proxai.translate.encoders import encoder_for
 from proxai.translate.encoders.responses import ResponsesEncoder
-from proxai.translate.ir import TranslationContext
+from proxai.translate.ir import (
+    Finished,
+    FinishReason,
+    ItemDelta,
+    ItemDone,
+    ItemKind,
+    ItemStarted,
+    Started,
+    TranslationContext,
+    Usage,
+)
 from proxai.translate.stream import ResponseTranslator
 from proxai.wire.sse import SSEFramer
 from tests.faults.kits import KITS
@@ -478,3 +490,131 @@ async def test_a_whole_error_body_in_a_2xx_is_a_502_with_the_upstreams_words(
     assert (error.status_code, error.code) == (502, "loading")
     assert error.body["message"] == "model is loading"
     assert outcome.kind is OutcomeKind.FAILED
+
+
+# --- item 4: a whole body to translate is bounded ---------------------------------------------
+
+LIMIT = 64 * 1024  # [server] max_translated_body_bytes in these tests
+
+
+def _big_completion(size: int) -> dict[str, Any]:
+    message = {"role": "assistant", "content": "x" * size}
+    return {**COMPLETION, "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+
+
+def _chunked(body: dict[str, Any]) -> Script:
+    """A JSON body sent in 8 KB chunks, without a Content-Length."""
+    data = json.dumps(body).encode()
+    steps = [Send(data[i : i + 8192]) for i in range(0, len(data), 8192)]
+    return Script(headers=[("content-type", "application/json")], steps=steps)
+
+
+@pytest.mark.parametrize(
+    ("client", "script"),
+    [
+        pytest.param(_responses_create, Script.json(_big_completion(16 * LIMIT)), id="whole"),
+        pytest.param(_responses_create, _chunked(_big_completion(16 * LIMIT)), id="chunked"),
+        pytest.param(_responses_final, Script.json(_big_completion(16 * LIMIT)), id="to-stream"),
+        pytest.param(
+            _responses_create,
+            Script.sse([chunk({"content": "x" * 4096}) for _ in range(256)]),
+            id="from-stream",
+        ),
+        pytest.param(
+            _responses_create,
+            _encoded(gzip.compress(json.dumps(_big_completion(16 * LIMIT)).encode()), "gzip"),
+            id="gzip",
+        ),
+    ],
+)
+async def test_a_body_to_translate_over_the_limit_is_a_502_in_the_clients_shape(
+    start_upstream: Any, proxai_for: Any, client: Any, script: Script
+) -> None:
+    error, upstream, (outcome,) = await run(
+        start_upstream,
+        proxai_for,
+        [script],
+        capture(client),
+        server={"max_translated_body_bytes": LIMIT},
+    )
+    assert isinstance(error, openai.InternalServerError)
+    assert (error.status_code, error.code) == (502, "upstream_body_too_large")
+    assert f"over {LIMIT} bytes (max_translated_body_bytes)" in error.message
+    assert outcome.kind is OutcomeKind.PROXY_ERROR and outcome.status == 502
+    assert outcome.bytes_in < 8 * LIMIT  # proxai stopped reading soon past the limit
+    assert upstream.requests[0].closed_at is not None
+
+
+async def test_a_messages_client_gets_the_limits_502_in_its_shape(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    error, _, _ = await run(
+        start_upstream,
+        proxai_for,
+        [Script.json(_big_completion(16 * LIMIT))],
+        capture(_messages_create),
+        server={"max_translated_body_bytes": LIMIT},
+    )
+    assert isinstance(error, anthropic.InternalServerError) and error.status_code == 502
+    assert error.body["error"]["type"] == "api_error"
+    assert "max_translated_body_bytes" in error.body["error"]["message"]
+
+
+async def test_a_body_within_the_limit_and_a_stream_passed_through_are_not_bounded_by_it(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    # Under the limit: translated. A stream the client gets event by event is not held.
+    stream = [chunk({"content": "x" * 4096}) for _ in range(40)] + TEXT_STREAM[2:]
+    small, _, _ = await run(
+        start_upstream,
+        proxai_for,
+        [Script.json(_big_completion(LIMIT // 2))],
+        _responses_create,
+        server={"max_translated_body_bytes": LIMIT},
+    )
+    assert len(small.output_text) == LIMIT // 2
+    final, _, _ = await run(
+        start_upstream,
+        proxai_for,
+        [sse(stream)],
+        _responses_final,
+        server={"max_translated_body_bytes": LIMIT},
+    )
+    assert len(final.output_text) == 40 * 4096
+
+
+def test_the_limit_is_a_positive_integer_of_server_32_mib_by_default() -> None:
+    upstream = {"base_url": "http://127.0.0.1:9/v1"}
+    config = load_config(None, overrides={"upstream": upstream})
+    assert config.server.max_translated_body_bytes == 32 * 1024 * 1024
+    with pytest.raises(ConfigError, match=r"server\.max_translated_body_bytes: must be a positive"):
+        load_config(
+            None, overrides={"upstream": upstream, "server": {"max_translated_body_bytes": 0}}
+        )
+
+
+@pytest.mark.parametrize("client", [WireApi.RESPONSES, WireApi.CHAT, WireApi.MESSAGES])
+def test_an_encoder_for_a_client_that_asked_for_no_stream_writes_no_frames(
+    client: WireApi,
+) -> None:
+    # A whole answer's frames (its text in a delta, then again in each .done event and in
+    # response.completed) were written only to be thrown away: several copies of the text.
+    ctx = TranslationContext(client=client, upstream=WireApi.CHAT, stream=False)
+    encoder = encoder_for(client, ctx)
+    events = [
+        Started(id="chatcmpl-1", model="m"),
+        ItemStarted(0, ItemKind.TEXT),
+        ItemDelta(0, "x" * 1000),
+        ItemDone(0),
+        Usage(input_tokens=3, output_tokens=1000),
+        Finished(FinishReason.STOP),
+    ]
+    assert [encoder.feed(event) for event in events] == [b""] * len(events)
+    assert encoder.finished
+    body = json.loads(encoder.body())
+    text = {
+        WireApi.RESPONSES: lambda b: b["output"][0]["content"][0]["text"],
+        WireApi.CHAT: lambda b: b["choices"][0]["message"]["content"],
+        WireApi.MESSAGES: lambda b: b["content"][0]["text"],
+    }[client](body)
+    assert text == "x" * 1000

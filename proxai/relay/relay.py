@@ -44,7 +44,7 @@ from .clock import UpstreamClock
 from .exchange import Exchange, Tap, UpstreamTarget
 from .messages import Body, End, Head, ToObserver, ToWriter
 from .reader import read_body, translated_headers
-from .writer import Downstream, Writer
+from .writer import JOIN_MAX_BYTES, Downstream, Writer
 
 __all__ = ["READER_CHANNEL_SIZE", "WRITER_CHANNEL_SIZE", "Relay", "StreamSnapshot"]
 
@@ -267,7 +267,12 @@ class Relay:
                 self._observer = target.observer_factory(target.timeouts)
             if target.translator is not None:
                 self._translator = translator = target.translator()
-                translator.start(head.status, head.headers, sse=head.sse)
+                translator.start(
+                    head.status,
+                    head.headers,
+                    sse=head.sse,
+                    max_body_bytes=self._exchange.max_translated_body_bytes,
+                )
                 self.outcome.translation = translator.pair
                 self.outcome.dropped = list(translator.context.dropped)
                 headers = translated_headers(head.headers, sse=translator.streams)
@@ -311,10 +316,15 @@ class Relay:
                 self.outcome.status = end.error.status
                 await client.send(end.error)
             elif end.closing and writer.after_stall is None:
-                try:
-                    await self._to_writer(client, end.closing)
-                except _WriterBlocked as blocked:
-                    writer.after_stall = blocked.pending
+                # In sends of at most JOIN_MAX_BYTES (a whole translated body can be tens
+                # of MB): client_write bounds each, and the server copies none whole.
+                closing = end.closing
+                for at in range(0, len(closing), JOIN_MAX_BYTES):
+                    try:
+                        await self._to_writer(client, closing[at : at + JOIN_MAX_BYTES])
+                    except _WriterBlocked as blocked:
+                        writer.after_stall = blocked.pending + closing[at + JOIN_MAX_BYTES :]
+                        break
             writer.abort = end.abort
 
     async def _relay_body(

@@ -46,6 +46,10 @@ __all__ = ["ResponseTranslator", "TranslatorFactory"]
 _INCOMPLETE = frozenset({FinishReason.LENGTH, FinishReason.CONTENT_FILTER})
 #: The code of proxai's ``502`` for an upstream body it cannot translate.
 INVALID_BODY = "upstream_invalid_body"
+#: The code of proxai's ``502`` for a body over ``max_translated_body_bytes``.
+BODY_TOO_LARGE = "upstream_body_too_large"
+#: ``[server] max_translated_body_bytes`` by default.
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 
 
 def _invalid_body(message: str) -> ProxyError:
@@ -68,7 +72,10 @@ class ResponseTranslator:
         self._upstream_sse = False
         #: The client gets an event stream (it asked for one, and the upstream answered 2xx).
         self.streams = False
-        self._body: list[bytes] = []
+        #: The whole body held so far (decoded): one buffer, grown in place.
+        self._body = bytearray()
+        self._max_body_bytes = DEFAULT_MAX_BODY_BYTES
+        self._held = 0  # bytes held for a response made whole (the upstream's, decoded)
         self._inflater: Inflater | None = None
         self._unreadable = False  # an error body in a coding proxai cannot undo
         #: The upstream reported an error in-band (the encoder said it in the client's terms).
@@ -101,9 +108,18 @@ class ResponseTranslator:
         the client's response is made once the upstream's body has ended (:meth:`whole`)."""
         return self.streams and self._upstream_sse
 
-    def start(self, status: int, headers: Headers | None = None, *, sse: bool = False) -> None:
-        """The upstream's head: its status, headers and whether its body is an event stream."""
+    def start(
+        self,
+        status: int,
+        headers: Headers | None = None,
+        *,
+        sse: bool = False,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    ) -> None:
+        """The upstream's head: its status, headers and whether its body is an event stream;
+        ``max_body_bytes``: the most of a body held to make the client's response whole."""
         self._status = status
+        self._max_body_bytes = max_body_bytes
         self._upstream_sse = sse
         self.streams = self.context.stream and 200 <= status < 300
         codings = [] if sse or headers is None else content_codings(headers)  # a stream: decoded
@@ -117,17 +133,36 @@ class ResponseTranslator:
                     "which proxai cannot decode to translate it"
                 )
             else:  # its status still says what happened; its words are unreadable
-                self._body = [f"the upstream answered {status} in content coding {names}".encode()]
+                self._body += f"the upstream answered {status} in content coding {names}".encode()
                 self._unreadable = True
 
     def feed(self, data: bytes, frames: Sequence[SSEFrame]) -> bytes:
         """One upstream read (its bytes, and its frames for an event stream): the client's
         bytes for it now (only when frames pass translated; else they are held)."""
         if self._upstream_sse:
-            out = self.frames(frames)
-            return out if self.streams else b""
+            if self.streams:
+                return self.frames(frames)
+            if self._hold(len(data)):  # the events' content is held until the end
+                self.frames(frames)
+            return b""
         self.body_part(data)
         return b""
+
+    def _hold(self, size: int) -> bool:
+        """Count ``size`` more bytes held; past ``max_body_bytes`` the response is refused."""
+        self._held += size
+        if self._held <= self._max_body_bytes or self.refusal is not None:
+            return self.refusal is None
+        self._body = bytearray()
+        self.refusal = ProxyError(
+            502,
+            f"the upstream's answer is over {self._max_body_bytes} bytes "
+            "(max_translated_body_bytes), too large to translate whole",
+            "server_error",
+            code=BODY_TOO_LARGE,
+            kind=OutcomeKind.PROXY_ERROR,
+        )
+        return False
 
     # -- streams ---------------------------------------------------------------------------
 
@@ -228,10 +263,14 @@ class ResponseTranslator:
         if self.refusal is not None or self.broken is not None or self._unreadable:
             return
         if self._inflater is None:
-            self._body.append(data)
+            if self._hold(len(data)):
+                self._body += data
             return
         try:
-            self._body += self._inflater.feed(data)
+            for piece in self._inflater.feed(data):  # pieces of at most 64 KiB
+                if not self._hold(len(piece)):
+                    return
+                self._body += piece
         except CorruptCoding as exc:
             self.refusal = _invalid_body(f"the upstream's body is not valid {exc}")
 
@@ -258,8 +297,9 @@ class ResponseTranslator:
         if self._upstream_sse:  # its events were fed frame by frame; the rest now
             events = self._flush()
         elif not 200 <= self._status < 300:
+            raw, self._body = bytes(self._body), bytearray()
             return translate_error_body(
-                self._status, b"".join(self._body), self.context.upstream, self.context.client
+                self._status, raw, self.context.upstream, self.context.client
             )
         else:
             events = self._body_events()
@@ -277,23 +317,28 @@ class ResponseTranslator:
             except CorruptCoding as exc:
                 self.refusal = _invalid_body(f"the upstream's body is not valid {exc}")
                 return
-            self._body.append(rest)
+            if self._hold(len(rest)):
+                self._body += rest
 
     def _body_events(self) -> list[bytes]:
         """Feed the events of the whole JSON body to the encoder; its bytes for them."""
-        raw = b"".join(self._body)
-        self._body.clear()
+        raw, self._body = self._body, bytearray()
         try:
-            data = orjson.loads(raw)
+            data = orjson.loads(raw)  # reads the bytearray in place
         except orjson.JSONDecodeError:
             data = None
         if not isinstance(data, dict):
-            what = read_error(self._status, raw)[0][:200] if raw.strip() else "an empty body"
+            what = (
+                read_error(self._status, bytes(raw[:400]))[0][:200]
+                if raw.strip()
+                else "an empty body"
+            )
             self.refusal = _invalid_body(
                 f"the upstream answered {self._status} with a body that is not a JSON "
                 f"object: {what}"
             )
             return []
+        del raw  # the parsed body is all that is needed now
         out = []
         for event in self._decoder.decode_body(data):
             out.append(self._encoder.feed(event))

@@ -5,7 +5,8 @@ An encoder starts its response on the first event that is not a delta (a
 :class:`~proxai.translate.ir.Started`), keeps the latest usage counts, and
 ignores everything after its terminal event. The response's id is the
 upstream's under the client API's prefix. Subclasses write the frames in the
-hooks; one place routes events, so the three cannot drift apart.
+hooks; one place routes events, so the three cannot drift apart. For a client that
+asked for no stream (``_quiet``) the hooks keep their state and write no frames.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ class EncoderBase(abc.ABC):
         self._started = False
         self._finished = False
         self._usage = Usage()
+        #: The client asked for no stream: it gets :meth:`body` only, so no frame is
+        #: written (a whole answer's frames would copy its text several times over).
+        self._quiet = not ctx.stream
 
     @property
     def finished(self) -> bool:
@@ -55,6 +59,10 @@ class EncoderBase(abc.ABC):
         return self.fail(message, code=code, try_again=False)
 
     def feed(self, event: Event) -> bytes:
+        out = self._route(event)
+        return b"" if self._quiet else out
+
+    def _route(self, event: Event) -> bytes:
         if self._finished:
             return b""
         if isinstance(event, ItemDelta):
