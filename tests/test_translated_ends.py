@@ -39,6 +39,7 @@ from proxai.translate.stream import ResponseTranslator
 from proxai.wire.sse import SSEFramer
 from tests.faults.kits import KITS
 from tests.test_translation import (
+    _COMPLETION,
     CHAT_UPSTREAM,
     TEXT_STREAM,
     TOOL_CALL_STREAM,
@@ -332,20 +333,8 @@ def _raise(*args: Any) -> Any:
 
 # --- item 11: a whole body in the shape the client asked for ----------------------------------
 
-COMPLETION = {
-    "id": "chatcmpl-9",
-    "object": "chat.completion",
-    "created": 1767225600,
-    "model": "qwen3-coder",
-    "choices": [
-        {
-            "index": 0,
-            "message": {"role": "assistant", "content": "Bonjour"},
-            "finish_reason": "stop",
-        }
-    ],
-    "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
-}
+#: A whole ``chat.completion``: "Hello", 3 + 1 tokens.
+COMPLETION = _COMPLETION
 
 
 def _responses_create(url: str) -> Any:
@@ -376,8 +365,8 @@ async def test_a_whole_body_from_an_upstream_that_ignored_stream_reaches_a_strea
     final, _, (outcome,) = await run(
         start_upstream, proxai_for, [Script.json(COMPLETION)], _responses_final
     )
-    assert final.output_text == "Bonjour"
-    assert final.status == "completed" and final.usage.total_tokens == 7
+    assert final.output_text == "Hello"
+    assert final.status == "completed" and final.usage.total_tokens == 4
     assert outcome.kind is OutcomeKind.COMPLETED
 
 
@@ -385,7 +374,7 @@ async def test_a_whole_body_reaches_a_messages_stream_client_as_events(
     start_upstream: Any, proxai_for: Any
 ) -> None:
     final, _, _ = await run(start_upstream, proxai_for, [Script.json(COMPLETION)], _plain_stream)
-    assert final.content[0].text == "Bonjour" and final.stop_reason == "end_turn"
+    assert final.content[0].text == "Hello" and final.stop_reason == "end_turn"
 
 
 async def test_a_stream_from_an_upstream_reaches_a_client_that_asked_for_none_as_one_body(
@@ -465,7 +454,7 @@ async def test_a_compressed_whole_body_is_decoded_then_translated(
     response, _, (outcome,) = await run(
         start_upstream, proxai_for, [_encoded(data, coding)], _responses_create
     )
-    assert response.output_text == "Bonjour"
+    assert response.output_text == "Hello"
     assert outcome.kind is OutcomeKind.COMPLETED
 
 
