@@ -297,8 +297,6 @@ class Relay:
             if self._translator is not None:
                 verdict = self._translated_verdict(verdict)
                 whole = self._whole_response(verdict)
-                if whole is not None and self._translator.broken is not None:
-                    verdict = self._translation_failed()
             end = ending.decide(
                 verdict,
                 status=head.status,
@@ -384,13 +382,19 @@ class Relay:
         translator = self._translator
         assert translator is not None and translator.broken is not None
         self._reader_scope.cancel()
+        self._log_translation_failure()
+        return Verdict(OutcomeKind.TRANSLATION_FAILED, translator.broken)
+
+    def _log_translation_failure(self) -> None:
+        """A contained translator failure is a proxai defect: log it, with its traceback."""
+        translator = self._translator
+        assert translator is not None
         log.warning(
             "request %s: %s",
             self.outcome.request_id,
             translator.broken,
             exc_info=translator.exception,
         )
-        return Verdict(OutcomeKind.TRANSLATION_FAILED, translator.broken)
 
     def _drain_queued(self, upstream: trio.MemoryReceiveChannel[ToObserver]) -> bytes:
         """The bytes of reads already queued by the reader, observed, for the writer."""
@@ -423,7 +427,11 @@ class Relay:
             return None
         if translator.refusal is None and verdict.kind not in ENDED_WELL:
             return None
-        return translator.whole()
+        broken = translator.broken
+        whole = translator.whole()  # 502 translation_failed if it fails
+        if broken is None and translator.broken is not None:
+            self._log_translation_failure()
+        return whole
 
     def _translated_verdict(self, verdict: Verdict) -> Verdict:
         """The observer's verdict with its closing bytes in the client's API (a client
@@ -433,9 +441,10 @@ class Relay:
         verdict = self._after_client_end(verdict)
         if not translator.passes_frames:
             return attrs.evolve(verdict, closing=b"")
+        broken = translator.broken
         closing = translator.closing(verdict)
-        if translator.broken is not None and verdict.kind is not OutcomeKind.TRANSLATION_FAILED:
-            verdict = self._after_client_end(self._translation_failed())  # at the stream's end
+        if broken is None and translator.broken is not None:  # failed at the stream's end
+            verdict = self._after_client_end(self._translation_failed())
         return attrs.evolve(verdict, closing=closing)
 
     def _after_client_end(self, verdict: Verdict) -> Verdict:
