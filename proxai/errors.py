@@ -108,20 +108,24 @@ def shutdown_error(message: str = SHUTDOWN_MESSAGE) -> ProxyError:
     )
 
 
-#: The codes of an upstream body that ended short, by how it ended.
+#: The codes of a body proxai could not relay whole, by what ended it.
 _UPSTREAM_END_CODES = {
     OutcomeKind.UPSTREAM_EOF: "upstream_closed",
     OutcomeKind.UPSTREAM_RESET: "upstream_reset",
     OutcomeKind.UPSTREAM_EVENT_TOO_LARGE: "upstream_event_too_large",
+    OutcomeKind.TRANSLATION_FAILED: "translation_failed",
 }
 
 
 def ending_code(kind: OutcomeKind) -> str:
     """The error ``code`` proxai gives a stream it ends as ``kind``: the same whether it
-    says so as an HTTP error before the first byte or in the client's stream after it."""
+    says so as an HTTP error before the first byte or in the client's stream after it,
+    passed through or translated (OpenAI's APIs; Anthropic's errors have a type only)."""
     if kind is OutcomeKind.SHUTDOWN:
         return "proxy_shutting_down"
     code = _UPSTREAM_END_CODES.get(kind)
     if code is not None:
         return code
-    return "upstream_timeout" if kind in TRY_AGAIN else "server_error"
+    if kind in TRY_AGAIN or kind is OutcomeKind.STALLED_FIRST_BYTE:
+        return "upstream_timeout"
+    return "server_error"

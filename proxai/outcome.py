@@ -14,6 +14,7 @@ import attrs
 
 __all__ = [
     "CUT_SHORT",
+    "ENDED_WELL",
     "MAX_USAGE_DEPTH",
     "RETRYABLE_BEFORE_HEAD",
     "STALLS",
@@ -56,6 +57,9 @@ class OutcomeKind(enum.StrEnum):
     UNAUTHORIZED = "unauthorized"  # no valid client key ([auth])
     OVERLOADED = "overloaded"  # refused: server.max_concurrent_streams in flight
     SHUTDOWN = "shutdown"  # proxai was shutting down (ended after server.drain_timeout)
+    #: Translating the upstream's response failed (a proxai defect, contained): the client
+    #: got its API's error.
+    TRANSLATION_FAILED = "translation_failed"
 
 
 # What the kinds mean, for the code that acts on them: each set is named for what its
@@ -72,8 +76,13 @@ STREAM_DEADLINES = frozenset(
 #: Ends that leave the client's response cut short: proxai says so in the protocol's
 #: shape, or answers an HTTP error, or breaks the body.
 CUT_SHORT = (
-    UPSTREAM_CUT_SHORT | STREAM_DEADLINES | {OutcomeKind.CLIENT_STALLED, OutcomeKind.SHUTDOWN}
+    UPSTREAM_CUT_SHORT
+    | STREAM_DEADLINES
+    | {OutcomeKind.CLIENT_STALLED, OutcomeKind.SHUTDOWN, OutcomeKind.TRANSLATION_FAILED}
 )
+#: The upstream's body ended as its protocol ends a response (its terminal event, or for
+#: a body no observer knows, its end): what the client got is the upstream's whole answer.
+ENDED_WELL = frozenset({OutcomeKind.COMPLETED, OutcomeKind.INCOMPLETE, OutcomeKind.FAILED})
 #: Ends a client should simply try again, elsewhere if it can (Anthropic's
 #: ``overloaded_error``, which its SDKs retry): proxai gave up waiting, nothing failed.
 TRY_AGAIN = STREAM_DEADLINES | {OutcomeKind.SHUTDOWN}
@@ -92,7 +101,12 @@ RETRYABLE_BEFORE_HEAD = frozenset(
 WARNINGS = (
     STALLS
     | UPSTREAM_CUT_SHORT
-    | {OutcomeKind.UPSTREAM_UNREACHABLE, OutcomeKind.SHUTDOWN, OutcomeKind.OVERLOADED}
+    | {
+        OutcomeKind.UPSTREAM_UNREACHABLE,
+        OutcomeKind.SHUTDOWN,
+        OutcomeKind.OVERLOADED,
+        OutcomeKind.TRANSLATION_FAILED,
+    }
 )
 
 

@@ -28,26 +28,32 @@ def stalled_after(events: list[dict[str, Any]], count: int) -> Script:
 
 
 def assert_synthesized_failure(
-    events: list[dict[str, Any]], *, after: int, message: str, sequence: int
+    events: list[dict[str, Any]],
+    *,
+    after: int,
+    message: str,
+    sequence: int,
+    code: str = "upstream_timeout",
 ) -> None:
-    """The last two events are proxai's error + response.failed, after ``after`` upstream events."""
+    """The last two events are proxai's error + response.failed, after ``after`` upstream events;
+    ``code`` names the cause (a stall's unless said)."""
     assert len(events) == after + 2
     error, failed = events[-2:]
     assert error["type"] == "error"
     assert error["sequence_number"] == sequence
     assert error["message"] == message
-    assert error["code"] == "server_error"
+    assert error["code"] == code
     assert error["param"] is None
     assert error["error"] == {
         "type": "server_error",
-        "code": "server_error",
+        "code": code,
         "message": message,
         "param": None,
     }
     assert failed["type"] == "response.failed"
     assert failed["sequence_number"] == sequence + 1
     assert failed["response"]["status"] == "failed"
-    assert failed["response"]["error"] == {"code": "server_error", "message": message}
+    assert failed["response"]["error"] == {"code": code, "message": message}
 
 
 # --- each deadline at its exact time ----------------------------------------------------
@@ -630,17 +636,19 @@ async def test_total_before_headers(autojump_clock: MockClock) -> None:
 
 
 @pytest.mark.parametrize(
-    ("ending", "kind", "message"),
+    ("ending", "kind", "code", "message"),
     [
         (
             None,
             OutcomeKind.UPSTREAM_EOF,
+            "upstream_closed",
             "upstream closed the stream before the response completed while streaming arguments of "
             "function_call get_weather (call_weather_01)",
         ),
         (
             Close(),
             OutcomeKind.UPSTREAM_RESET,
+            "upstream_reset",
             "upstream connection broke before the response completed while streaming arguments of "
             "function_call get_weather (call_weather_01): peer closed connection without sending "
             "complete message body",
@@ -648,13 +656,14 @@ async def test_total_before_headers(autojump_clock: MockClock) -> None:
         (
             Reset(),
             OutcomeKind.UPSTREAM_RESET,
+            "upstream_reset",
             "upstream connection broke before the response completed while streaming arguments of "
             "function_call get_weather (call_weather_01): [Errno 104] Connection reset by peer",
         ),
     ],
 )
 async def test_early_end_gets_a_terminal_at_once(
-    autojump_clock: MockClock, ending: Any, kind: OutcomeKind, message: str
+    autojump_clock: MockClock, ending: Any, kind: OutcomeKind, code: str, message: str
 ) -> None:
     then = [Sleep(3), Send(b"event: response.function_call_arguments.delta\ndata: {")]
     if ending is not None:
@@ -665,7 +674,7 @@ async def test_early_end_gets_a_terminal_at_once(
     assert exchange.elapsed == 3.0
     assert exchange.outcome is not None and exchange.outcome.kind is kind
     # the unfinished event is dropped: proxai's own events start at a boundary
-    assert_synthesized_failure(exchange.events(), after=6, message=message, sequence=6)
+    assert_synthesized_failure(exchange.events(), after=6, message=message, sequence=6, code=code)
 
 
 async def test_eof_before_any_event_is_502(autojump_clock: MockClock) -> None:

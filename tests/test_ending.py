@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from proxai.errors import ending_code
+from proxai.errors import ProxyError, ending_code
 from proxai.outcome import OutcomeKind
 from proxai.protocols.observer import Verdict
-from proxai.relay.ending import decide, head_timeout
+from proxai.relay.ending import after_client_end, decide, head_timeout
 
 CLOSING = b"event: error\ndata: {}\n\n"
 
@@ -42,6 +42,7 @@ def test_a_stall_before_any_byte_becomes_a_504_instead_of_the_response() -> None
         (OutcomeKind.UPSTREAM_EOF, "upstream_closed"),
         (OutcomeKind.UPSTREAM_RESET, "upstream_reset"),
         (OutcomeKind.UPSTREAM_EVENT_TOO_LARGE, "upstream_event_too_large"),
+        (OutcomeKind.TRANSLATION_FAILED, "translation_failed"),
     ],
 )
 def test_an_upstream_cut_before_any_byte_becomes_a_502(kind: OutcomeKind, code: str) -> None:
@@ -88,6 +89,9 @@ def test_no_headers_in_time_names_the_deadline_that_passed() -> None:
     assert (first.status, first.kind) == (504, OutcomeKind.STALLED_FIRST_BYTE)
     assert "60.0 s (proxai first_byte timeout)" in first.message
     assert (total.status, total.kind) == (504, OutcomeKind.TOTAL_TIMEOUT)
+    # the code a stall has in the stream too
+    assert first.code == total.code == ending_code(OutcomeKind.STALLED_FIRST_BYTE)
+    assert ending_code(OutcomeKind.STALLED_FIRST_BYTE) == "upstream_timeout"
 
 
 @pytest.mark.parametrize(
@@ -108,3 +112,66 @@ def test_a_stream_ended_by_proxai_gets_one_code_before_or_after_its_first_byte(
         verdict = Verdict(kind, "ended")
         error = decide(verdict, status=200, forwarded=False, finished=False, can_abort=True).error
         assert error is not None and error.code == code
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        OutcomeKind.UPSTREAM_EOF,
+        OutcomeKind.UPSTREAM_RESET,
+        OutcomeKind.STALLED_IDLE,
+        OutcomeKind.TOTAL_TIMEOUT,
+        OutcomeKind.SHUTDOWN,
+        OutcomeKind.TRANSLATION_FAILED,
+    ],
+)
+def test_the_upstreams_end_after_the_clients_translated_end_leaves_the_response_whole(
+    kind: OutcomeKind,
+) -> None:
+    verdict, anomaly = after_client_end(
+        Verdict(kind, "why", CLOSING), client_end=OutcomeKind.COMPLETED
+    )
+    assert verdict == Verdict(OutcomeKind.COMPLETED)
+    assert anomaly is not None and "after the client's response had ended" in anomaly
+    end = decide(verdict, status=200, forwarded=True, finished=False, can_abort=True)
+    assert (end.kind, end.closing, end.abort) == (OutcomeKind.COMPLETED, b"", False)
+
+
+def test_the_clients_incomplete_or_failed_end_is_kept() -> None:
+    eof = Verdict(OutcomeKind.UPSTREAM_EOF, "closed", CLOSING)
+    for client_end in (OutcomeKind.INCOMPLETE, OutcomeKind.FAILED):
+        assert after_client_end(eof, client_end=client_end)[0].kind is client_end
+
+
+def test_before_the_clients_end_or_for_its_own_stall_the_verdict_stands() -> None:
+    eof = Verdict(OutcomeKind.UPSTREAM_EOF, "closed", CLOSING)
+    assert after_client_end(eof, client_end=None) == (eof, None)
+    stalled = Verdict(OutcomeKind.CLIENT_STALLED, "the client read nothing")
+    assert after_client_end(stalled, client_end=OutcomeKind.COMPLETED) == (stalled, None)
+
+
+def test_a_translation_that_failed_with_no_error_to_write_is_broken_off() -> None:
+    verdict = Verdict(OutcomeKind.TRANSLATION_FAILED, "translation failed (X: y)")
+    end = decide(verdict, status=200, forwarded=True, finished=False, can_abort=True)
+    assert (end.kind, end.abort) == (OutcomeKind.TRANSLATION_FAILED, True)
+
+
+def test_a_response_made_whole_goes_out_whole_and_an_error_instead_of_it_as_its_status() -> None:
+    completed = Verdict(OutcomeKind.COMPLETED)
+    body = b'{"object": "response"}'
+    end = decide(completed, status=200, forwarded=False, finished=False, can_abort=True, whole=body)
+    assert (end.kind, end.error, end.closing, end.abort) == (
+        OutcomeKind.COMPLETED,
+        None,
+        body,
+        False,
+    )
+    refusal = ProxyError(502, "not a JSON object", "server_error", code="upstream_invalid_body")
+    end = decide(
+        completed, status=200, forwarded=False, finished=False, can_abort=True, whole=refusal
+    )
+    assert (end.kind, end.error, end.closing) == (OutcomeKind.PROXY_ERROR, refusal, b"")
+    translated_error = decide(
+        completed, status=429, forwarded=False, finished=False, can_abort=True, whole=b"{}"
+    )
+    assert (translated_error.kind, translated_error.closing) == (OutcomeKind.UPSTREAM_ERROR, b"{}")

@@ -54,7 +54,7 @@ async def test_stall_mid_arguments_raises_api_error_while_iterating(
         "upstream stalled for 0.3 s while streaming arguments of function_call get_weather "
         "(call_weather_01)"
     )
-    assert error.code == "server_error"
+    assert error.code == "upstream_timeout"  # as the 504 before the first byte says it
     assert error.type == "server_error"
     assert outcome.kind is OutcomeKind.STALLED_TOOL_ARGUMENTS
 

@@ -5,8 +5,10 @@ the upstream's status, whether any byte reached the client and whether the
 observer saw the protocol's terminal event, :func:`decide` says what the client
 gets: an HTTP error instead of the response (nothing was forwarded yet), bytes
 appended at a frame boundary (the protocol's synthesized error), or a body
-broken off (no observer can say it in the protocol's shape); :func:`client_gone`
-says how a request whose client went away is recorded. No I/O, no trio.
+broken off (no observer can say it in the protocol's shape); :func:`after_client_end`
+says what the upstream's end means once a translated client's stream has already
+ended; :func:`client_gone` says how a request whose client went away is recorded.
+No I/O, no trio.
 """
 
 from __future__ import annotations
@@ -14,10 +16,28 @@ from __future__ import annotations
 import attrs
 
 from ..errors import ProxyError, ending_code, shutdown_error
-from ..outcome import CUT_SHORT, UPSTREAM_CUT_SHORT, OutcomeKind
+from ..outcome import CUT_SHORT, STREAM_DEADLINES, UPSTREAM_CUT_SHORT, OutcomeKind
 from ..protocols.observer import Verdict
 
-__all__ = ["Ending", "client_gone", "decide", "error_before_first_byte", "head_timeout"]
+__all__ = [
+    "Ending",
+    "after_client_end",
+    "client_gone",
+    "decide",
+    "error_before_first_byte",
+    "head_timeout",
+]
+
+#: How an upstream's body can end short of its own terminal event without the client
+#: losing anything, once the client's translated stream has ended: proxai's own stream
+#: ends (shutdown, a translator that fails on what follows) are not the client's to see
+#: after its terminal event.
+_UPSTREAM_ENDS = (
+    UPSTREAM_CUT_SHORT | STREAM_DEADLINES | {OutcomeKind.SHUTDOWN, OutcomeKind.TRANSLATION_FAILED}
+)
+#: Ends a ``502`` says before the first byte: the upstream's body (or its translation)
+#: could not be relayed.
+_BAD_GATEWAY = UPSTREAM_CUT_SHORT | {OutcomeKind.TRANSLATION_FAILED}
 
 
 @attrs.frozen
@@ -35,16 +55,28 @@ class Ending:
 
 
 def decide(
-    verdict: Verdict, *, status: int, forwarded: bool, finished: bool, can_abort: bool
+    verdict: Verdict,
+    *,
+    status: int,
+    forwarded: bool,
+    finished: bool,
+    can_abort: bool,
+    whole: bytes | ProxyError | None = None,
 ) -> Ending:
     """The end of a response whose upstream answered ``status``.
 
     ``forwarded``: some body byte reached the client. ``finished``: the observer saw
     the protocol's terminal event. ``can_abort``: the server breaks the connection of
     a body ended without its final message (HTTP/1.1, not hypercorn's HTTP/2).
+    ``whole``: a translated response made all at once at the upstream's end (nothing of
+    it was forwarded): the client's bytes, or proxai's error to answer instead.
     """
+    if isinstance(whole, ProxyError):
+        return Ending(whole.kind or OutcomeKind.PROXY_ERROR, whole.message, error=whole)
     if not 200 <= status < 300 and verdict.kind is OutcomeKind.COMPLETED:
         verdict = Verdict(OutcomeKind.UPSTREAM_ERROR, f"upstream answered {status}")
+    if whole is not None:
+        return Ending(verdict.kind, verdict.detail, closing=whole)
     if not forwarded and (verdict.closing or verdict.kind in CUT_SHORT):
         return Ending(verdict.kind, verdict.detail, error=error_before_first_byte(verdict))
     # Nothing in the protocol's shape to say it (no observer knows this body): end the
@@ -52,6 +84,32 @@ def decide(
     # body for a whole one.
     abort = not verdict.closing and verdict.kind in CUT_SHORT and not finished and can_abort
     return Ending(verdict.kind, verdict.detail, closing=verdict.closing, abort=abort)
+
+
+def after_client_end(
+    verdict: Verdict, *, client_end: OutcomeKind | None
+) -> tuple[Verdict, str | None]:
+    """The verdict on a translated stream whose client's stream may have ended first, and
+    an anomaly to record.
+
+    ``client_end``: how the client's stream ended, from the upstream's own events
+    (``completed``, ``incomplete``, ``failed``), or ``None`` while it has not. A Chat
+    upstream's stream ends for the client at its usage chunk, before its ``[DONE]``.
+    When the upstream's body then ends without that marker (cleanly, by a reset, by going
+    silent), the client has lost nothing: its response is whole and is ended as such,
+    never broken off (a retrying client would run the turn again). How the upstream
+    ended is kept as an anomaly.
+    """
+    if client_end is None or verdict.kind not in _UPSTREAM_ENDS:
+        return verdict, None
+    if verdict.kind is OutcomeKind.UPSTREAM_EOF:
+        what = "the upstream's stream ended without its terminal event"
+    elif verdict.kind is OutcomeKind.TRANSLATION_FAILED and verdict.detail:
+        what = verdict.detail
+    else:
+        what = f"the upstream's stream ended as {verdict.kind.value}"
+        what += f" ({verdict.detail})" if verdict.detail else ""
+    return Verdict(client_end), f"{what} after the client's response had ended"
 
 
 def client_gone(
@@ -88,10 +146,11 @@ def error_before_first_byte(verdict: Verdict) -> ProxyError:
     message = verdict.detail or "the upstream stream ended before its first event"
     if verdict.kind is OutcomeKind.SHUTDOWN:
         return shutdown_error(message)
-    if verdict.kind in UPSTREAM_CUT_SHORT:
+    if verdict.kind in _BAD_GATEWAY:
         code = ending_code(verdict.kind)
         return ProxyError(502, message, "server_error", code=code, kind=verdict.kind)
-    return ProxyError(504, message, "server_error", code="upstream_timeout", kind=verdict.kind)
+    code = ending_code(verdict.kind)
+    return ProxyError(504, message, "server_error", code=code, kind=verdict.kind)
 
 
 def head_timeout(*, first_byte: bool, seconds: float) -> ProxyError:
@@ -107,6 +166,6 @@ def head_timeout(*, first_byte: bool, seconds: float) -> ProxyError:
         504,
         f"the upstream sent no response headers within {limit}",
         "server_error",
-        code="upstream_timeout",
+        code=ending_code(kind),
         kind=kind,
     )

@@ -130,6 +130,8 @@ class Exchange:
     retry_admission: RetryAdmission = UNLIMITED_RETRIES
     error_shape: ErrorShape = ErrorShape.OPENAI
     max_event_bytes: int = 16 * 1024 * 1024
+    #: The largest upstream body held to be translated whole (``[server]``).
+    max_translated_body_bytes: int = 32 * 1024 * 1024
     #: Whether ending a response without its final message makes the server break the
     #: connection (HTTP/1.1). Hypercorn's HTTP/2 leaves such a stream open, so there a
     #: cut-short body is ended normally rather than left hanging.

@@ -174,13 +174,13 @@ async def _frame(
     return True
 
 
-def translated_headers(headers: Headers, sse: bool) -> Headers:
-    """The upstream's headers for a body proxai rewrites into another API: its length
-    and encoding no longer apply, and a whole body is the client API's JSON."""
-    drop = {b"content-length", b"content-encoding", b"etag", b"content-md5"}
-    if not sse:
-        drop.add(b"content-type")
+def translated_headers(headers: Headers, *, sse: bool) -> Headers:
+    """The upstream's headers for a body proxai rewrites into another API: its length,
+    encoding and type no longer apply; ``sse``: the client gets an event stream (else the
+    client API's JSON), whatever the upstream sent."""
+    drop = {b"content-length", b"content-encoding", b"etag", b"content-md5", b"content-type"}
     out = [(n, v) for n, v in headers if n.lower() not in drop]
-    if not sse:
-        out.append((b"content-type", b"application/json"))
+    out.append(
+        (b"content-type", b"text/event-stream; charset=utf-8" if sse else b"application/json")
+    )
     return out

@@ -23,6 +23,7 @@ that a slow client slows the upstream read instead of filling proxai's memory::
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
@@ -31,7 +32,7 @@ import attrs
 import trio
 
 from ..errors import SHUTDOWN_MESSAGE, ProxyError, shutdown_error
-from ..outcome import Outcome, OutcomeKind
+from ..outcome import ENDED_WELL, Outcome, OutcomeKind
 from ..protocols.observer import ObserverSnapshot, PassThroughObserver, StreamObserver, Verdict
 from ..protocols.tracking import AFTER_TERMINAL_GRACE
 from ..translate.stream import ResponseTranslator
@@ -43,9 +44,11 @@ from .clock import UpstreamClock
 from .exchange import Exchange, Tap, UpstreamTarget
 from .messages import Body, End, Head, ToObserver, ToWriter
 from .reader import read_body, translated_headers
-from .writer import Downstream, Writer
+from .writer import JOIN_MAX_BYTES, Downstream, Writer
 
 __all__ = ["READER_CHANNEL_SIZE", "WRITER_CHANNEL_SIZE", "Relay", "StreamSnapshot"]
+
+log = logging.getLogger("proxai")
 
 # Channel capacities, in messages (one upstream read or one batch of frames each).
 # Small on purpose: backpressure from a slow client must reach the upstream socket.
@@ -264,10 +267,16 @@ class Relay:
                 self._observer = target.observer_factory(target.timeouts)
             if target.translator is not None:
                 self._translator = translator = target.translator()
-                translator.start(head.status)
+                translator.start(
+                    head.status,
+                    head.headers,
+                    sse=head.sse,
+                    max_body_bytes=self._exchange.max_translated_body_bytes,
+                )
                 self.outcome.translation = translator.pair
                 self.outcome.dropped = list(translator.context.dropped)
-                head = attrs.evolve(head, headers=translated_headers(head.headers, head.sse))
+                headers = translated_headers(head.headers, sse=translator.streams)
+                head = attrs.evolve(head, headers=headers)
             self._observer.on_start(head.at)
             await client.send(head)
             writer = self._writer
@@ -284,14 +293,17 @@ class Relay:
                     verdict = self._observer.on_total_timeout(self._clock.now())
                 forwarded = True
                 writer.after_stall = blocked.pending + verdict.closing
+            whole: bytes | ProxyError | None = None
             if self._translator is not None:
                 verdict = self._translated_verdict(verdict)
+                whole = self._whole_response(verdict)
             end = ending.decide(
                 verdict,
                 status=head.status,
                 forwarded=forwarded,
                 finished=self._observer.finished,
                 can_abort=self._exchange.can_abort,
+                whole=whole,
             )
             self._observer.fill(self.outcome)
             if self._translator is not None and self._translator.failed:
@@ -302,10 +314,15 @@ class Relay:
                 self.outcome.status = end.error.status
                 await client.send(end.error)
             elif end.closing and writer.after_stall is None:
-                try:
-                    await self._to_writer(client, end.closing)
-                except _WriterBlocked as blocked:
-                    writer.after_stall = blocked.pending
+                # In sends of at most JOIN_MAX_BYTES (a whole translated body can be tens
+                # of MB): client_write bounds each, and the server copies none whole.
+                closing = end.closing
+                for at in range(0, len(closing), JOIN_MAX_BYTES):
+                    try:
+                        await self._to_writer(client, closing[at : at + JOIN_MAX_BYTES])
+                    except _WriterBlocked as blocked:
+                        writer.after_stall = blocked.pending + closing[at + JOIN_MAX_BYTES :]
+                        break
             writer.abort = end.abort
 
     async def _relay_body(
@@ -318,7 +335,15 @@ class Relay:
         Returns the verdict and whether any byte went to the client.
         """
         forwarded = False
+        translator = self._translator
         while True:
+            if translator is not None and translator.broken is not None:
+                return self._translation_failed(), forwarded
+            if translator is not None and translator.refusal is not None:
+                # A body proxai will not translate: nothing more of it is needed.
+                self._reader_scope.cancel()
+                refusal = translator.refusal
+                return Verdict(refusal.kind or OutcomeKind.PROXY_ERROR, refusal.message), forwarded
             message = await self._next_message(upstream, self._observer)
             if message is None:  # a deadline passed first
                 self._reader_scope.cancel()
@@ -346,15 +371,30 @@ class Relay:
             if self._translator is not None:
                 # A translated body goes out whole or as the client's events: an
                 # unfinished upstream frame has no meaning in the client's API.
-                if not message.fault and not self._translator_streams:
-                    whole = self._translator.whole_body()
-                    forwarded = forwarded or bool(whole)
-                    await self._to_writer(client, whole)
                 return verdict, forwarded
             if message.tail and (not verdict.closing or not message.tail.strip(b"\r\n")):
                 forwarded = True
                 await self._to_writer(client, message.tail)
             return verdict, forwarded
+
+    def _translation_failed(self) -> Verdict:
+        """The translator failed: let go of the upstream; the client gets its API's error."""
+        translator = self._translator
+        assert translator is not None and translator.broken is not None
+        self._reader_scope.cancel()
+        self._log_translation_failure()
+        return Verdict(OutcomeKind.TRANSLATION_FAILED, translator.broken)
+
+    def _log_translation_failure(self) -> None:
+        """A contained translator failure is a proxai defect: log it, with its traceback."""
+        translator = self._translator
+        assert translator is not None
+        log.warning(
+            "request %s: %s",
+            self.outcome.request_id,
+            translator.broken,
+            exc_info=translator.exception,
+        )
 
     def _drain_queued(self, upstream: trio.MemoryReceiveChannel[ToObserver]) -> bytes:
         """The bytes of reads already queued by the reader, observed, for the writer."""
@@ -368,27 +408,52 @@ class Relay:
                 self._observe_frames(message)
                 data.append(self._client_bytes(message))
 
-    @property
-    def _translator_streams(self) -> bool:
-        """The translated response is a stream (else a whole body, held until its end)."""
-        return self.outcome.streaming is True
-
     def _client_bytes(self, message: Body) -> bytes:
-        """What the client gets for one upstream read: the bytes, or their translation."""
+        """What the client gets for one upstream read: the bytes, or their translation
+        (nothing yet for a response the client gets whole)."""
         translator = self._translator
         if translator is None:
             return message.data
-        if self._translator_streams:
-            return translator.frames(message.frames)
-        translator.body_part(message.data)
-        return b""
+        return translator.feed(message.data, message.frames)
+
+    def _whole_response(self, verdict: Verdict) -> bytes | ProxyError | None:
+        """A translated response made at the upstream's end (the client asked for no stream,
+        or the upstream answered whole): its bytes, or proxai's error instead; ``None`` when
+        its events passed as they came, or when the body did not end well (the verdict then
+        says the error)."""
+        translator = self._translator
+        assert translator is not None
+        if translator.passes_frames:
+            return None
+        if translator.refusal is None and verdict.kind not in ENDED_WELL:
+            return None
+        broken = translator.broken
+        whole = translator.whole()  # 502 translation_failed if it fails
+        if broken is None and translator.broken is not None:
+            self._log_translation_failure()
+        return whole
 
     def _translated_verdict(self, verdict: Verdict) -> Verdict:
-        """The observer's verdict with its closing bytes in the client's API."""
-        assert self._translator is not None
-        if not self._translator_streams:
+        """The observer's verdict with its closing bytes in the client's API (a client
+        whose stream already ended loses nothing to the upstream's end after it)."""
+        translator = self._translator
+        assert translator is not None
+        verdict = self._after_client_end(verdict)
+        if not translator.passes_frames:
             return attrs.evolve(verdict, closing=b"")
-        return attrs.evolve(verdict, closing=self._translator.closing(verdict))
+        broken = translator.broken
+        closing = translator.closing(verdict)
+        if broken is None and translator.broken is not None:  # failed at the stream's end
+            verdict = self._after_client_end(self._translation_failed())
+        return attrs.evolve(verdict, closing=closing)
+
+    def _after_client_end(self, verdict: Verdict) -> Verdict:
+        translator = self._translator
+        assert translator is not None
+        verdict, anomaly = ending.after_client_end(verdict, client_end=translator.client_end)
+        if anomaly is not None:
+            self.outcome.anomalies.append(anomaly)
+        return verdict
 
     def _observe_frames(self, message: Body) -> None:
         """Count and feed a read's frames; if the observer fails on odd input, relay on
@@ -449,6 +514,10 @@ class Relay:
         observer_deadline = observer.deadline()
         if observer_deadline != math.inf:
             deadline = min(deadline, trio.current_time() + (observer_deadline - self._clock.now()))
+        if self._translator is not None and self._translator.client_end is not None:
+            # The client's stream has ended (a Chat upstream's at its usage chunk): the
+            # upstream has nothing left to say but its own end, as after a terminal event.
+            deadline = min(deadline, trio.current_time() + AFTER_TERMINAL_GRACE)
         with trio.move_on_at(deadline):
             return await upstream.receive()
         return None

@@ -452,6 +452,7 @@ class ProxaiApp:
             retry_admission=self._gate,
             error_shape=incoming.sdk.error_shape,
             max_event_bytes=server.max_event_bytes,
+            max_translated_body_bytes=server.max_translated_body_bytes,
             can_abort=not incoming.http2,
             response_headers=incoming.id_header,
         )

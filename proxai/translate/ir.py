@@ -26,6 +26,7 @@ from ..wire.sse import SSEFrame
 
 __all__ = [
     "CUSTOM_TOOL_PARAMETER",
+    "MAX_TOKEN_COUNT",
     "REASONING_CARRIER_PREFIX",
     "THINKING_SIGNATURE",
     "TOOL_ID_ESCAPE",
@@ -43,6 +44,7 @@ __all__ = [
     "TranslationContext",
     "Usage",
     "check_well_formed",
+    "clamp_count",
     "escape_tool_id",
     "unescape_tool_id",
     "unwrap_reasoning",
@@ -192,15 +194,34 @@ class ItemDone:
     signature: str | None = None
 
 
+#: The largest token count proxai passes on: the largest integer a JSON reader in
+#: JavaScript holds exactly. An upstream's count past it (or below 0) is a broken server's,
+#: and clamped, so every sum an encoder makes of counts can still be written.
+MAX_TOKEN_COUNT = 2**53 - 1
+
+
+def clamp_count(value: int | None) -> int | None:
+    """``value`` within 0 .. :data:`MAX_TOKEN_COUNT` (``None`` stays unreported)."""
+    if value is None:
+        return None
+    return min(max(value, 0), MAX_TOKEN_COUNT)
+
+
 @attrs.frozen
 class Usage:
-    """Token counts as far as the upstream reported them (``None``: not reported)."""
+    """Token counts as far as the upstream reported them (``None``: not reported), each
+    clamped to 0 .. :data:`MAX_TOKEN_COUNT`."""
 
-    input_tokens: int | None = None  # all prompt tokens, cached ones included
-    output_tokens: int | None = None  # reasoning tokens included
-    cached_tokens: int | None = None  # of input_tokens, read from a cache
-    reasoning_tokens: int | None = None  # of output_tokens
-    cache_creation_tokens: int | None = None  # Anthropic's cache writes, if any
+    #: All prompt tokens, cached ones included.
+    input_tokens: int | None = attrs.field(default=None, converter=clamp_count)
+    #: Reasoning tokens included.
+    output_tokens: int | None = attrs.field(default=None, converter=clamp_count)
+    #: Of input_tokens, read from a cache.
+    cached_tokens: int | None = attrs.field(default=None, converter=clamp_count)
+    #: Of output_tokens.
+    reasoning_tokens: int | None = attrs.field(default=None, converter=clamp_count)
+    #: Anthropic's cache writes, if any.
+    cache_creation_tokens: int | None = attrs.field(default=None, converter=clamp_count)
 
 
 @attrs.frozen
@@ -301,6 +322,11 @@ class Encoder(Protocol):
     @property
     def finished(self) -> bool:
         """The client's terminal event was sent (by :meth:`feed` or :meth:`fail`)."""
+        ...
+
+    def broken(self, message: str, *, code: str) -> bytes:
+        """Like :meth:`fail`, after a failure inside the translation (the encoder's own
+        included): the client's error, whatever state the failure left the encoder in."""
         ...
 
     def body(self) -> bytes:

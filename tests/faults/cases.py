@@ -33,7 +33,9 @@ class Case:
     ends_at: float  # seconds after the request, when the client's response is over
     outcome: OutcomeKind
     status: int  # 200: the error comes inside the stream
-    error: str  # the error's type (in-stream) or code (OpenAI) / type (Anthropic) of the HTTP error
+    #: The error's code (OpenAI's APIs) or type (Anthropic's), in the stream or in the HTTP
+    #: error: one code per cause, whichever way the client is told.
+    error: str
     message: str  # a fragment of the error's message
 
     @property
@@ -71,7 +73,7 @@ def _case(protocol: str, stage: str, fault: str) -> Case:
         if stage in PRE_STREAM:
             status, error = 504, "timeout_error" if anthropic else "upstream_timeout"
         else:
-            status, error = 200, "overloaded_error" if anthropic else "server_error"
+            status, error = 200, "overloaded_error" if anthropic else "upstream_timeout"
         return Case(protocol, stage, fault, ends_at, outcome, status, error, message)
     outcome, code, message = _ENDS[fault]
     if stage == "before_headers":
@@ -80,19 +82,9 @@ def _case(protocol: str, stage: str, fault: str) -> Case:
         message = "closed the stream before the response completed"
     elif fault == "reset":
         message = "broke before the response completed"
-    if stage in PRE_STREAM:
-        return Case(
-            protocol, stage, fault, 0.0, outcome, 502, "api_error" if anthropic else code, message
-        )
+    status = 502 if stage in PRE_STREAM else 200
     return Case(
-        protocol,
-        stage,
-        fault,
-        0.0,
-        outcome,
-        200,
-        "api_error" if anthropic else "server_error",
-        message,
+        protocol, stage, fault, 0.0, outcome, status, "api_error" if anthropic else code, message
     )
 
 

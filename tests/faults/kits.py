@@ -52,7 +52,9 @@ def _responses_error(body: bytes) -> tuple[str, str]:
     assert error["error"]["message"] == error["message"] == failed["response"]["error"]["message"]
     assert failed["response"]["status"] == "failed"
     assert failed["sequence_number"] == error["sequence_number"] + 1
-    return error["error"]["type"], error["message"]
+    assert error["error"]["type"] == "server_error"
+    assert error["code"] == error["error"]["code"] == failed["response"]["error"]["code"]
+    return error["code"], error["message"]
 
 
 def _item(kind: str, index: int, **fields: Any) -> dict[str, Any]:
@@ -141,7 +143,8 @@ def _chat_error(body: bytes) -> tuple[str, str]:
     assert frames[-1].data == b"[DONE]"
     error = json.loads(frames[-2].data)["error"]
     assert set(error) == {"message", "type", "param", "code"}
-    return error["type"], error["message"]
+    assert error["type"] == "server_error"
+    return error["code"], error["message"]
 
 
 _ROLE = _chat({"role": "assistant", "content": None})

@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from ...config import TimeoutsConfig
+from ...errors import ending_code
 from ...outcome import OutcomeKind
 from ...wire.sse import SSEFrame
 from ..tracking import TrackedItem, TrackingObserver
@@ -160,7 +161,7 @@ class ChatObserver(TrackingObserver):
             item.last_progress = now
 
     def _closing(self, kind: OutcomeKind, message: str) -> bytes:
-        return synthesized_error(message)
+        return synthesized_error(message, code=ending_code(kind))
 
     @property
     def tool_calls(self) -> dict[tuple[int, int | str], dict[str, str | None]]:

@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 
 from ...config import TimeoutsConfig
+from ...errors import ending_code
 from ...outcome import OutcomeKind
 from ...wire.sse import SSEFrame
 from ..tracking import TrackedItem, TrackingObserver
@@ -97,7 +98,9 @@ def synthesized_error(
     The ``error`` event carries the documented flat fields and the nested
     ``error`` object the real API sends (openai-python raises ``APIError`` only
     for the latter); ``response.failed`` is the last snapshot marked failed.
-    Code ``server_error`` (the default) is one every client treats as retryable.
+    Its type is ``server_error``; its code names the cause (:func:`~proxai.errors.ending_code`:
+    ``upstream_timeout``, ``upstream_closed``...), never one of the codes Codex treats as
+    final (``context_length_exceeded``, ``insufficient_quota``...), so every client retries.
     """
     error = {"type": "server_error", "code": code, "message": message, "param": None}
     error_event = {
@@ -306,7 +309,11 @@ class ResponsesObserver(TrackingObserver):
         else:
             sequence = self._events
         return synthesized_error(
-            message, sequence_number=sequence, snapshot=self._snapshot, model=self._model
+            message,
+            sequence_number=sequence,
+            snapshot=self._snapshot,
+            model=self._model,
+            code=ending_code(kind),
         )
 
     @property

@@ -5,7 +5,8 @@ An encoder starts its response on the first event that is not a delta (a
 :class:`~proxai.translate.ir.Started`), keeps the latest usage counts, and
 ignores everything after its terminal event. The response's id is the
 upstream's under the client API's prefix. Subclasses write the frames in the
-hooks; one place routes events, so the three cannot drift apart.
+hooks; one place routes events, so the three cannot drift apart. For a client that
+asked for no stream (``_quiet``) the hooks keep their state and write no frames.
 """
 
 from __future__ import annotations
@@ -42,12 +43,26 @@ class EncoderBase(abc.ABC):
         self._started = False
         self._finished = False
         self._usage = Usage()
+        #: The client asked for no stream: it gets :meth:`body` only, so no frame is
+        #: written (a whole answer's frames would copy its text several times over).
+        self._quiet = not ctx.stream
 
     @property
     def finished(self) -> bool:
         return self._finished
 
+    def broken(self, message: str, *, code: str) -> bytes:
+        """The client's error after the translation itself failed, whatever state the
+        failure left this encoder in: a terminal event it was writing when it failed
+        never reached the client, so the error still may (and must) follow."""
+        self._finished = False
+        return self.fail(message, code=code, try_again=False)
+
     def feed(self, event: Event) -> bytes:
+        out = self._route(event)
+        return b"" if self._quiet else out
+
+    def _route(self, event: Event) -> bytes:
         if self._finished:
             return b""
         if isinstance(event, ItemDelta):
@@ -75,6 +90,10 @@ class EncoderBase(abc.ABC):
         self._id = derive_id(event.id, self.ID_PREFIX)
         self._model = self._ctx.model or event.model or "unknown"
         return self._opened(event)
+
+    @abc.abstractmethod
+    def fail(self, message: str, *, code: str | None, try_again: bool) -> bytes:
+        """Close the client's stream with its API's error (see ``ir.Encoder.fail``)."""
 
     @abc.abstractmethod
     def _opened(self, event: Started) -> bytes:

@@ -177,6 +177,8 @@ class ChatEncoder(EncoderBase):
         return self._delta(item, "{}")
 
     def _delta(self, item: _Item, text: str) -> bytes:
+        if self._quiet:
+            return b""
         return b"".join(
             (self._chunk_head, item.delta_head, orjson.dumps(text), item.delta_tail, _CHUNK_TAIL)
         )
@@ -187,6 +189,8 @@ class ChatEncoder(EncoderBase):
             finish_reason = "tool_calls"  # some servers say stop after calling tools
         self._finish_reason = finish_reason
         self._finished = True
+        if self._quiet:
+            return b""
         out = self._chunk({}, finish_reason=finish_reason)
         if self._ctx.include_usage:
             out += sse_data(self._chunk_json([]) | {"usage": self._usage_json()})
@@ -217,6 +221,8 @@ class ChatEncoder(EncoderBase):
         }
 
     def _chunk(self, delta: dict[str, Any], *, finish_reason: str | None = None) -> bytes:
+        if self._quiet:
+            return b""
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
         return sse_data(self._chunk_json([choice]))
 

@@ -279,6 +279,8 @@ class MessagesEncoder(EncoderBase):
         return out + sse_event("content_block_stop", payload)
 
     def _delta(self, block: _Block, text: str) -> bytes:
+        if self._quiet:
+            return b""
         return block.delta_head + orjson.dumps(text) + b"}}\n\n"
 
 

@@ -144,6 +144,8 @@ class ResponsesEncoder(EncoderBase):
         self._status = "failed"
         self._error = {"code": code, "message": message}
         self._finished = True
+        if self._quiet:
+            return b""
         snapshot = self._response(full=True)
         out = synthesized_error(
             message, sequence_number=self._sequence, snapshot=snapshot, model=self._model, code=code
@@ -234,7 +236,7 @@ class ResponsesEncoder(EncoderBase):
         if item is None or item.done or not event.text:
             return b""
         item.parts.append(event.text)
-        if item.custom:
+        if item.custom or self._quiet:
             return b""  # the input is unwrapped from the whole arguments at the end
         sequence = self._sequence
         self._sequence += 1
@@ -320,6 +322,8 @@ class ResponsesEncoder(EncoderBase):
         }
 
     def _emit(self, event_type: str, payload: dict[str, Any]) -> bytes:
+        if self._quiet:
+            return b""
         frame = {"type": event_type, "sequence_number": self._sequence} | payload
         self._sequence += 1
         return sse_event(event_type, frame)
