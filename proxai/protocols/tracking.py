@@ -22,7 +22,15 @@ from collections.abc import Hashable, Sequence
 import attrs
 
 from ..config import TimeoutsConfig
-from ..outcome import MAX_USAGE_DEPTH, CallSummary, Outcome, OutcomeKind, cap_depth
+from ..outcome import (
+    MAX_LISTED,
+    MAX_USAGE_DEPTH,
+    CallSummary,
+    Outcome,
+    OutcomeKind,
+    cap_depth,
+    cut_name,
+)
 from ..wire.sse import SSEFrame
 from .observer import (
     ItemSnapshot,
@@ -64,7 +72,10 @@ class TrackedItem:
         return self.parts[0] if self.parts else ""
 
     def summary(self) -> CallSummary:
-        return CallSummary(self.type, self.name, self.call_id, len(self.aggregate))
+        """The call as the record keeps it (its names cut to the record's width)."""
+        name = None if self.name is None else cut_name(self.name)
+        call_id = None if self.call_id is None else cut_name(self.call_id)
+        return CallSummary(cut_name(self.type), name, call_id, len(self.aggregate))
 
 
 class TrackingObserver(StreamObserver):
@@ -75,7 +86,9 @@ class TrackingObserver(StreamObserver):
         self._tool_arguments = timeouts.tool_arguments
         self._total = timeouts.total
         self._open: dict[Hashable, TrackedItem] = {}
-        self._calls: list[TrackedItem] = []  # every guarded item ever opened, in order
+        #: The first MAX_LISTED guarded items opened, in order, and how many more were.
+        self._calls: list[TrackedItem] = []
+        self._calls_more = 0
         self._last_activity = 0.0
         self._events = 0
         self._terminal: OutcomeKind | None = None
@@ -104,7 +117,10 @@ class TrackingObserver(StreamObserver):
             self._note(f"{item.label} opened twice")
         self._open[item.key] = item
         if item.guarded:
-            self._calls.append(item)
+            if len(self._calls) < MAX_LISTED:
+                self._calls.append(item)
+            else:
+                self._calls_more += 1
 
     def _close_item(self, key: Hashable) -> TrackedItem | None:
         return self._open.pop(key, None)
@@ -219,6 +235,7 @@ class TrackingObserver(StreamObserver):
         outcome.stalled_item = self._stalled.label if self._stalled else None
         outcome.usage, usage_capped = cap_depth(self._usage, MAX_USAGE_DEPTH)
         outcome.calls = [item.summary() for item in self._calls]
+        outcome.calls_more = self._calls_more
         outcome.aggregates_match = None if not self._comparisons else not self._mismatches
         outcome.anomalies.extend(self._anomalies)
         if self._anomalies_dropped:

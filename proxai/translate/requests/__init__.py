@@ -78,4 +78,6 @@ def translate_request(
         stream=bool(body.get("stream")),
         model=model if isinstance(model, str) else None,
     )
-    return translator(body, options, ctx), ctx
+    translated = translator(body, options, ctx)
+    ctx.translated()
+    return translated, ctx
