@@ -113,6 +113,7 @@ _UPSTREAM_END_CODES = {
     OutcomeKind.UPSTREAM_EOF: "upstream_closed",
     OutcomeKind.UPSTREAM_RESET: "upstream_reset",
     OutcomeKind.UPSTREAM_EVENT_TOO_LARGE: "upstream_event_too_large",
+    OutcomeKind.UPSTREAM_OVER_LIMIT: "upstream_over_limit",
 }
 
 

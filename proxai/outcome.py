@@ -88,6 +88,9 @@ class OutcomeKind(enum.StrEnum):
     UPSTREAM_EOF = "upstream_eof"  # the upstream closed before a terminal event
     UPSTREAM_RESET = "upstream_reset"
     UPSTREAM_EVENT_TOO_LARGE = "upstream_event_too_large"  # over server.max_event_bytes
+    #: More items open at once than server.max_open_items, or a translated stream holding
+    #: more than server.max_event_bytes.
+    UPSTREAM_OVER_LIMIT = "upstream_over_limit"
     CLIENT_DISCONNECTED = "client_disconnected"
     CLIENT_STALLED = "client_stalled"  # stopped reading for timeouts.client_write
     REQUEST_BODY_TIMEOUT = "request_body_timeout"  # body not received within timeouts.request_body
@@ -101,7 +104,12 @@ class OutcomeKind(enum.StrEnum):
 
 #: The upstream's body ended before its terminal event (its connection's doing).
 UPSTREAM_CUT_SHORT = frozenset(
-    {OutcomeKind.UPSTREAM_EOF, OutcomeKind.UPSTREAM_RESET, OutcomeKind.UPSTREAM_EVENT_TOO_LARGE}
+    {
+        OutcomeKind.UPSTREAM_EOF,
+        OutcomeKind.UPSTREAM_RESET,
+        OutcomeKind.UPSTREAM_EVENT_TOO_LARGE,
+        OutcomeKind.UPSTREAM_OVER_LIMIT,
+    }
 )
 #: A deadline proxai keeps on a stream after its headers passed.
 STREAM_DEADLINES = frozenset(

@@ -44,6 +44,7 @@ from ..protocols.table import (
     api_for,
     upstream_kind_for,
 )
+from ..protocols.tracking import StreamLimits
 from ..relay.exchange import Exchange, ObserverFactory, ProxiedRequest, UpstreamTarget, pass_through
 from ..relay.relay import Relay
 from ..relay.writer import send_error
@@ -159,6 +160,8 @@ class ProxaiApp:
         self._gate = Gate(
             config.server, lambda: self._relays, RetryBudget.from_config(config.retries)
         )
+        #: What one stream may hold.
+        self._limits = StreamLimits(max_open_items=config.server.max_open_items)
         self._request_log = RequestLog(config.logging)
         self._metrics = Metrics(self._router.exact_models) if config.metrics.enabled else None
         self._captures = Captures(config.capture) if config.capture.enabled else None
@@ -467,7 +470,10 @@ class ProxaiApp:
         api = incoming.api
         if api is not None and incoming.method == "GET":
             # A resumed stream (GET /v1/responses/{id}?stream=true): no request to project.
-            return _Prepared(None, None, lambda timeouts: api.observer(timeouts, None), True)
+            limits = self._limits
+            return _Prepared(
+                None, None, lambda timeouts: api.observer(timeouts, None, limits), True
+            )
         if api is None:
             data = _json_object_or_none(body)
             model = data.get("model") if data is not None else None
@@ -481,7 +487,7 @@ class ProxaiApp:
         return _Prepared(
             data,
             projection.model,
-            lambda timeouts: api.observer(timeouts, projection),
+            lambda timeouts: api.observer(timeouts, projection, self._limits),
             projection.stream is True,
         )
 
@@ -517,11 +523,12 @@ class ProxaiApp:
             data["model"] = upstream_model
         translated = translate(api.wire, wire, data, client.config.translation)
         upstream = API_BY_WIRE[wire]
+        limits = self._limits
         return UpstreamTarget(
             client,
             client.timeouts,
             dumps_kept(translated.body),
-            observer_factory=lambda timeouts: upstream.observer(timeouts, None),
+            observer_factory=lambda timeouts: upstream.observer(timeouts, None, limits),
             raw_path=upstream.path.encode(),
             query=b"",
             translator=translated.translator(),
