@@ -15,9 +15,13 @@ A subclass parses its protocol's frames (:meth:`TrackingObserver._apply`) and
 writes its protocol's terminal (:meth:`TrackingObserver._closing`).
 
 Per event the work is constant (amortized): the guarded items wait in a heap by
-their last progress, so the next deadline is its top, however many are open. At
-most ``max_open_items`` (:class:`StreamLimits`) items are open at once: past it the
-stream ends with the protocol's error, as a stall does.
+their last progress, so the next deadline is its top, however many are open. What
+one stream holds is bounded by its :class:`StreamLimits`: at most
+``max_open_items`` items open at once (past it the stream ends with the protocol's
+error, as a stall does), and at most ``max_kept`` bytes of text and item records
+kept for the end-of-stream checks (past it nothing more is kept, and the checks
+skip what was not; a translated stream, whose translator holds as much, ends
+instead).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from .observer import (
 
 __all__ = [
     "AFTER_TERMINAL_GRACE",
+    "ITEM_BYTES",
     "StreamLimits",
     "TrackedItem",
     "TrackingObserver",
@@ -61,6 +66,10 @@ AFTER_TERMINAL_GRACE = 1.0
 #: Anomalies kept per stream (the rest are counted): a stream of garbage must not
 #: grow the record without bound.
 MAX_ANOMALIES = 20
+#: What one item's record costs against :attr:`StreamLimits.max_kept`: about what an
+#: observer and a translator keep of an item besides its text (by tracemalloc, 0.85 and
+#: 1.4 KiB for a Responses function call translated for a Chat client).
+ITEM_BYTES = 2048
 
 
 @attrs.frozen
@@ -70,6 +79,12 @@ class StreamLimits:
     #: Items open at once (``server.max_open_items``): past it, the stream ends with the
     #: protocol's error (``upstream_over_limit``).
     max_open_items: int = 1024
+    #: Bytes of text and item records kept for the end-of-stream checks
+    #: (``server.max_event_bytes``): past it, nothing more is kept.
+    max_kept: int = 16 * 1024 * 1024
+    #: A translated stream, whose translator holds about what the observer keeps: past
+    #: ``max_kept`` it ends with the protocol's error (``upstream_over_limit``) instead.
+    end_past_kept: bool = False
 
 
 @attrs.define(eq=False)
@@ -126,6 +141,8 @@ class TrackingObserver(StreamObserver):
         self._mismatches: list[str] = []
         self._mismatches_dropped = 0
         self._usage: dict[str, object] | None = None
+        self._kept = 0  # bytes kept for the end-of-stream checks (text, records)
+        self._keeping = True
         #: The stream went past a limit: how it ends (the relay ends it at once).
         self._over: Verdict | None = None
 
@@ -178,8 +195,31 @@ class TrackingObserver(StreamObserver):
         item.last_progress = now
 
     def _grow(self, aggregate: Aggregate, text: str) -> None:
-        """``aggregate`` grows by ``text``."""
-        aggregate.append(text)
+        """``aggregate`` grows by ``text``, kept while the stream is within ``max_kept``."""
+        if self._keep(len(text)):
+            aggregate.append(text)
+        else:
+            aggregate.skip(text)
+
+    def _keep(self, size: int) -> bool:
+        """Whether ``size`` more bytes may be kept for the end-of-stream checks."""
+        if not self._keeping:
+            return False
+        self._kept += size
+        if self._kept <= self._limits.max_kept:
+            return True
+        self._keeping = False
+        limit = self._limits.max_kept
+        if self._limits.end_past_kept:
+            self._end_over_limit(
+                f"the translated stream holds more than {limit} bytes (proxai max_event_bytes)"
+            )
+        else:
+            self._note(
+                f"the stream kept {limit} bytes for its end-of-stream checks "
+                "(max_event_bytes): the rest is not compared"
+            )
+        return False
 
     def _end_over_limit(self, message: str) -> None:
         if self._over is None and self._terminal is None:

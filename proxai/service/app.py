@@ -160,8 +160,10 @@ class ProxaiApp:
         self._gate = Gate(
             config.server, lambda: self._relays, RetryBudget.from_config(config.retries)
         )
-        #: What one stream may hold.
-        self._limits = StreamLimits(max_open_items=config.server.max_open_items)
+        #: What one stream may hold (a translated one ends past max_event_bytes held).
+        self._limits = StreamLimits(
+            max_open_items=config.server.max_open_items, max_kept=config.server.max_event_bytes
+        )
         self._request_log = RequestLog(config.logging)
         self._metrics = Metrics(self._router.exact_models) if config.metrics.enabled else None
         self._captures = Captures(config.capture) if config.capture.enabled else None
@@ -523,7 +525,7 @@ class ProxaiApp:
             data["model"] = upstream_model
         translated = translate(api.wire, wire, data, client.config.translation)
         upstream = API_BY_WIRE[wire]
-        limits = self._limits
+        limits = attrs.evolve(self._limits, end_past_kept=True)
         return UpstreamTarget(
             client,
             client.timeouts,

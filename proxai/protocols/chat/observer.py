@@ -25,7 +25,7 @@ from ...config import TimeoutsConfig
 from ...outcome import OutcomeKind
 from ...wire.sse import SSEFrame
 from ..aggregate import Aggregate
-from ..tracking import StreamLimits, TrackedItem, TrackingObserver
+from ..tracking import ITEM_BYTES, StreamLimits, TrackedItem, TrackingObserver
 
 __all__ = ["ChatObserver", "synthesized_error"]
 
@@ -49,17 +49,18 @@ class ChatObserver(TrackingObserver):
 
     def __init__(self, timeouts: TimeoutsConfig, limits: StreamLimits | None = None) -> None:
         super().__init__(timeouts, limits)
-        # Calls by (choice, tool call index).
+        # Calls by (choice, tool call index): open ones, and closed ones while kept.
         self._calls_by_key: dict[tuple[int, int | str], TrackedItem] = {}
         self._open_of_choice: dict[int, dict[tuple[int, int | str], None]] = {}
         self._guarded_call: dict[int, tuple[int, int | str]] = {}  # per choice, at most one
         self._texts: dict[int, Aggregate] = {}
         self._incomplete: set[int] = set()  # choices whose last finish_reason cut them short
+        self._incomplete_unkept = False  # one that could not be kept did (past max_kept)
 
     def _apply(self, frame: SSEFrame, now: float) -> None:
         assert frame.data is not None
         if frame.data.strip() == DONE:
-            incomplete = bool(self._incomplete)
+            incomplete = self._incomplete or self._incomplete_unkept
             self._finish(OutcomeKind.INCOMPLETE if incomplete else OutcomeKind.COMPLETED)
             return
         try:
@@ -114,10 +115,12 @@ class ChatObserver(TrackingObserver):
                 self._call_fragment((index, "function_call"), {}, function_call, now)
         finish_reason = choice.get("finish_reason")
         if isinstance(finish_reason, str):
-            if finish_reason in _INCOMPLETE_REASONS:
+            if finish_reason not in _INCOMPLETE_REASONS:
+                self._incomplete.discard(index)
+            elif index in self._incomplete or self._keep(ITEM_BYTES):
                 self._incomplete.add(index)
             else:
-                self._incomplete.discard(index)
+                self._incomplete_unkept = True
             for open_key in self._open_of_choice.pop(index, {}):
                 self._close_call(open_key)
 
@@ -132,9 +135,12 @@ class ChatObserver(TrackingObserver):
         return True
 
     def _close_call(self, key: tuple[int, int | str]) -> None:
-        """Close an open item of a choice (its text, or a call)."""
-        self._close_item(key)
+        """Close an open item of a choice (its text, or a call); a call's record goes
+        unless it is kept (within max_kept)."""
+        item = self._close_item(key)
         self._open_of_choice.get(key[0], {}).pop(key, None)
+        if item is not None and item.type == "tool_call" and not self._keep(ITEM_BYTES):
+            self._calls_by_key.pop(key, None)
 
     def _guard_only(self, choice: int, key: tuple[int, int | str] | None) -> None:
         """Guard call ``key`` and no other open call of ``choice``."""
@@ -158,6 +164,8 @@ class ChatObserver(TrackingObserver):
                 return
         text = self._texts.get(choice)
         if text is None:
+            if not self._keep(ITEM_BYTES):
+                return
             text = self._texts[choice] = Aggregate()
         self._grow(text, content)
 

@@ -26,7 +26,7 @@ import orjson
 from ...config import TimeoutsConfig
 from ...outcome import TRY_AGAIN, OutcomeKind
 from ...wire.sse import SSEFrame
-from ..tracking import StreamLimits, TrackedItem, TrackingObserver
+from ..tracking import ITEM_BYTES, StreamLimits, TrackedItem, TrackingObserver
 
 __all__ = ["MessagesObserver", "synthesized_error"]
 
@@ -54,7 +54,7 @@ class MessagesObserver(TrackingObserver):
 
     def __init__(self, timeouts: TimeoutsConfig, limits: StreamLimits | None = None) -> None:
         super().__init__(timeouts, limits)
-        self._blocks: dict[int, TrackedItem] = {}
+        self._blocks: dict[int, TrackedItem] = {}  # every block opened (within max_kept)
         self._stop_reason: str | None = None
 
     def _apply(self, frame: SSEFrame, now: float) -> None:
@@ -121,7 +121,7 @@ class MessagesObserver(TrackingObserver):
             name=name,
             call_id=block_id,
         )
-        if self._open_item(item):
+        if self._open_item(item) and self._keep(ITEM_BYTES):
             self._blocks[index] = item
 
     def _delta(self, event: dict[str, Any], now: float) -> None:

@@ -35,7 +35,7 @@ from ...config import TimeoutsConfig
 from ...outcome import OutcomeKind
 from ...wire.sse import SSEFrame
 from ..aggregate import Aggregate
-from ..tracking import StreamLimits, TrackedItem, TrackingObserver
+from ..tracking import ITEM_BYTES, StreamLimits, TrackedItem, TrackingObserver
 from .events import (
     ArgumentsDelta,
     ArgumentsDone,
@@ -143,7 +143,8 @@ class ResponsesObserver(TrackingObserver):
         when the upstream sent no snapshot of its own."""
         super().__init__(timeouts, limits)
         self._model = model
-        # Every item ever opened, by output_index (or by id where a server sends no index).
+        # Every item opened (within max_kept), by output_index (or by id where a server
+        # sends no index), for the final output's check; and the open ones' ids.
         self._items: dict[Hashable, TrackedItem] = {}
         self._index_of_id: dict[str, Hashable] = {}
         self._texts: dict[tuple[Hashable, int], Aggregate] = {}
@@ -186,7 +187,7 @@ class ResponsesObserver(TrackingObserver):
             case TextDone():
                 index = self._index_for(event.output_index, event.item_id)
                 text = self._texts.get((index, event.content_index), _NO_DELTAS)
-                if index is not None:
+                if index is not None and (self._keeping or text is not _NO_DELTAS):
                     self._compare(
                         f"text at output_index {index}, content_index {event.content_index}",
                         text,
@@ -215,6 +216,8 @@ class ResponsesObserver(TrackingObserver):
             if index is not None:
                 text = self._texts.get((index, content_index))
                 if text is None:
+                    if not self._keep(ITEM_BYTES):
+                        return
                     text = self._texts[(index, content_index)] = Aggregate()
                 self._grow(text, delta)
             return
@@ -268,7 +271,8 @@ class ResponsesObserver(TrackingObserver):
             self._grow(tracked.text, initial)
         if not self._open_item(tracked):
             return
-        self._items[index] = tracked
+        if self._keep(ITEM_BYTES):
+            self._items[index] = tracked
         if item.id:
             self._index_of_id[item.id] = index
 
@@ -278,6 +282,8 @@ class ResponsesObserver(TrackingObserver):
         if tracked is None:
             self._note(f"output_item.done for output_index {index}, which is not open")
             return
+        if item.id and self._items.get(index) is not tracked:
+            self._index_of_id.pop(item.id, None)  # not kept for the final check: forgotten
         if tracked.guarded:
             final = item.input if item.type == "custom_tool_call" else item.arguments
             if final is not None:
