@@ -529,7 +529,7 @@ class ProxaiApp:
         return UpstreamTarget(
             client,
             client.timeouts,
-            dumps_kept(translated.body),
+            dumps_kept(translated.body, client_body=lambda: data),
             observer_factory=lambda timeouts: upstream.observer(timeouts, None, limits),
             raw_path=upstream.path.encode(),
             query=b"",

@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from ...wire.json_body import too_deep
+
 __all__ = [
     "CHARS_PER_TOKEN",
     "IMAGE_TOKENS",
@@ -65,7 +67,16 @@ class _Tally:
 
 
 def estimate_input_tokens(body: dict[str, Any]) -> int:
-    """An estimate of a Messages request's input tokens (see the module docstring)."""
+    """An estimate of a Messages request's input tokens (see the module docstring); 400
+    for a body nested deeper than orjson writes (its tool inputs and tools are counted
+    as JSON)."""
+    try:
+        return _estimate(body)
+    except orjson.JSONEncodeError:
+        raise too_deep(body) from None
+
+
+def _estimate(body: dict[str, Any]) -> int:
     tally = _Tally()
     tally.add(body.get("system"))
     messages = body.get("messages")
