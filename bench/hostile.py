@@ -20,10 +20,8 @@ machine better than wall time; they go to bench/profile.md by hand.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import time
-import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +35,7 @@ from proxai.protocols.chat.observer import ChatObserver
 from proxai.protocols.names import WireApi
 from proxai.testing import Script, chat_chunk
 from proxai.testing.memory_proxy import MemoryProxy
+from proxai.testing.work import kept_by
 from proxai.translate.ir import TranslationContext, wrap_reasoning
 from proxai.translate.options import TranslationOptions
 from proxai.translate.pairs import PAIRS
@@ -236,32 +235,29 @@ def memory(deltas: int) -> list[dict[str, Any]]:
     rows = []
     frames_bytes = [chat_chunk({"role": "assistant", "content": ""})]
     frames_bytes += [chat_chunk({"content": "abcde"})] * deltas
+    framer = SSEFramer()
+    frames = [f for data in frames_bytes for f in framer.feed(data)]
     for client in (RESPONSES, MESSAGES, CHAT):
-        framer = SSEFramer()
-        frames = [f for data in frames_bytes for f in framer.feed(data)]
-        gc.collect()
-        tracemalloc.start()
-        before = tracemalloc.get_traced_memory()[0]
-        observer = ChatObserver(TimeoutsConfig())
-        ctx = TranslationContext(client=client, upstream=CHAT, stream=True, model="m")
-        translator = PAIRS[(client, CHAT)].translator(ctx) if client is not CHAT else None
-        observer.on_start(0.0)
-        for frame in frames:
-            observer.on_frames([frame], 1.0)
-            if translator is not None:
-                translator.frames([frame])
-        gc.collect()
-        kept = tracemalloc.get_traced_memory()[0] - before
-        tracemalloc.stop()
+
+        def stream(client: WireApi = client) -> object:
+            observer = ChatObserver(TimeoutsConfig())
+            ctx = TranslationContext(client=client, upstream=CHAT, stream=True, model="m")
+            translator = PAIRS[(client, CHAT)].translator(ctx) if client is not CHAT else None
+            observer.on_start(0.0)
+            for frame in frames:
+                observer.on_frames([frame], 1.0)
+                if translator is not None:
+                    translator.frames([frame])
+            return observer, translator
+
         row = {
             "client": str(client),
             "deltas": deltas,
-            "kept_bytes_per_delta": round(kept / deltas, 1),
-            "translated": translator is not None,
+            "kept_bytes_per_delta": round(kept_by(stream) / deltas, 1),
+            "translated": client is not CHAT,
         }
         rows.append(row)
         print(row, flush=True)
-        del observer, translator, frames
     return rows
 
 

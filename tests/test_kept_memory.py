@@ -5,7 +5,6 @@ protocol needs at the end), never an object per delta, and never more than
 
 from __future__ import annotations
 
-import gc
 import tracemalloc
 from typing import Any
 
@@ -22,6 +21,7 @@ from proxai.protocols.responses.observer import ResponsesObserver
 from proxai.protocols.tracking import StreamLimits, TrackingObserver
 from proxai.testing import Script, chat_chunk, sse_event
 from proxai.testing.memory_proxy import MemoryProxy
+from proxai.testing.work import kept_by
 from proxai.translate.ir import TranslationContext
 from proxai.translate.pairs import PAIRS
 from proxai.wire.json_body import dumps_kept
@@ -98,10 +98,8 @@ def kept_per_delta(client: WireApi, upstream: WireApi, deltas: int = 40_000) -> 
     """Bytes the observer and (when the APIs differ) the translator of a stream keep per
     short text delta, by tracemalloc."""
     frames = frames_of(text_stream(upstream, deltas))
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
+
+    def stream() -> object:
         observer = OBSERVERS[upstream](TimeoutsConfig(), StreamLimits())
         translator = None
         if client is not upstream:
@@ -112,12 +110,10 @@ def kept_per_delta(client: WireApi, upstream: WireApi, deltas: int = 40_000) -> 
             observer.on_frames([frame], 1.0)
             if translator is not None:
                 translator.frames([frame])
-        gc.collect()
-        kept = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    assert observer.over_limit is None
-    return kept / deltas
+        assert observer.over_limit is None
+        return observer, translator
+
+    return kept_by(stream) / deltas
 
 
 @pytest.mark.parametrize(
@@ -150,19 +146,15 @@ def test_an_observer_keeps_at_most_max_kept_and_compares_only_what_it_kept(
 ) -> None:
     limit = 64 * 1024
     frames = frames_of(text_stream(upstream, 1000, "x" * 1000))  # 1 MB of text
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        observer: TrackingObserver = OBSERVERS[upstream](
-            TimeoutsConfig(), StreamLimits(max_kept=limit)
-        )
+    observer: TrackingObserver = OBSERVERS[upstream](TimeoutsConfig(), StreamLimits(max_kept=limit))
+
+    def stream() -> object:
         observer.on_start(0.0)
         for frame in frames:
             observer.on_frames([frame], 1.0)
-        kept = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    assert kept < 2 * limit
+        return observer
+
+    assert kept_by(stream) < 2 * limit
     assert observer.over_limit is None  # relayed as is, a long stream goes on
     assert any("kept 65536 bytes for its end-of-stream checks" in a for a in observer._anomalies)
 

@@ -13,10 +13,14 @@ same on every run, unlike its time:
 doubles, quadratic work about quadruples. Work done in C without allocating (a ``list``
 searched with ``in``) is invisible to both; test such a step by counting what it calls
 (a ``str`` subclass that counts its comparisons, say).
+
+:func:`kept_by` measures memory instead: what a call leaves allocated while its result
+lives.
 """
 
 from __future__ import annotations
 
+import gc
 import sys
 import tracemalloc
 from collections.abc import Callable
@@ -25,7 +29,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["Work", "assert_linear", "work_of"]
+__all__ = ["Work", "assert_linear", "kept_by", "work_of"]
 
 
 @attrs.frozen
@@ -87,3 +91,22 @@ def assert_linear(
         f"({large.allocated / max(1, small.allocated):.2f}x): grows faster than its input"
     )
     return small, large
+
+
+def kept_by(build: Callable[[], object]) -> int:
+    """Bytes that ``build()`` allocated and that stay allocated while what it returns lives
+    (by tracemalloc, after a garbage collection on each side)."""
+    gc.collect()
+    started = not tracemalloc.is_tracing()
+    if started:
+        tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        result = build()
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        if started:
+            tracemalloc.stop()
+    del result
+    return kept
