@@ -101,6 +101,8 @@ class ServerConfig:
     max_event_bytes: int = attrs.field(default=16 * 1024 * 1024, validator=_positive_int)
     #: The largest upstream body proxai holds to translate it whole (over it: 502).
     max_translated_body_bytes: int = attrs.field(default=32 * 1024 * 1024, validator=_positive_int)
+    #: Items (tool calls, messages, content blocks) one stream may have open at once.
+    max_open_items: int = attrs.field(default=1024, validator=_positive_int)
     #: Proxied requests in flight at once, per process; over it: 503. 0: no limit.
     max_concurrent_streams: int = attrs.field(default=0, validator=_non_negative_int)
     #: Request line and headers, per request (hypercorn's h11 and h2 limits).

@@ -114,6 +114,7 @@ _UPSTREAM_END_CODES = {
     OutcomeKind.UPSTREAM_RESET: "upstream_reset",
     OutcomeKind.UPSTREAM_EVENT_TOO_LARGE: "upstream_event_too_large",
     OutcomeKind.TRANSLATION_FAILED: "translation_failed",
+    OutcomeKind.UPSTREAM_OVER_LIMIT: "upstream_over_limit",
 }
 
 

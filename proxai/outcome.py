@@ -8,6 +8,7 @@ how much.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -15,6 +16,8 @@ import attrs
 __all__ = [
     "CUT_SHORT",
     "ENDED_WELL",
+    "MAX_LISTED",
+    "MAX_NAME",
     "MAX_USAGE_DEPTH",
     "RETRYABLE_BEFORE_HEAD",
     "STALLS",
@@ -27,12 +30,47 @@ __all__ = [
     "Outcome",
     "OutcomeKind",
     "cap_depth",
+    "cut_name",
+    "listed",
+    "more_entry",
 ]
 
 #: How many levels of a usage object are kept (real ones have two or three): deeper
 #: objects and arrays become ``null``, so nothing that walks the record can run out of
 #: stack, and orjson (which refuses more than 254 levels) can always write it.
 MAX_USAGE_DEPTH = 8
+#: Entries the record keeps of a list a request or a stream can make as long as it likes
+#: (``tools``, ``dropped``, ``calls``): 60,000 unknown fields must not make a 600 KB log line.
+MAX_LISTED = 32
+#: Characters kept of one name in those lists (tool names, field paths, call ids).
+MAX_NAME = 128
+
+
+def cut_name(name: str) -> str:
+    """``name`` as the record keeps it: at most :data:`MAX_NAME` characters, a cut one ending
+    in ``…``."""
+    return name if len(name) <= MAX_NAME else name[: MAX_NAME - 1] + "…"
+
+
+def more_entry(count: int) -> str:
+    """The last entry of a list that had more than :data:`MAX_LISTED` names."""
+    return f"... and {count} more"
+
+
+def listed(names: Iterable[str]) -> list[str]:
+    """``names`` as the record keeps them: all of them when there are at most
+    :data:`MAX_LISTED`, else the first ``MAX_LISTED - 1`` and ``"... and K more"``; each cut
+    to :data:`MAX_NAME` characters. A list kept so is kept as it is."""
+    kept: list[str] = []
+    more = 0
+    for name in names:
+        if len(kept) < MAX_LISTED:
+            kept.append(cut_name(name))
+        else:
+            more += 1
+    if more:
+        kept[-1] = more_entry(more + 1)
+    return kept
 
 
 class OutcomeKind(enum.StrEnum):
@@ -51,6 +89,9 @@ class OutcomeKind(enum.StrEnum):
     UPSTREAM_EOF = "upstream_eof"  # the upstream closed before a terminal event
     UPSTREAM_RESET = "upstream_reset"
     UPSTREAM_EVENT_TOO_LARGE = "upstream_event_too_large"  # over server.max_event_bytes
+    #: More items open at once than server.max_open_items, or a translated stream holding
+    #: more than server.max_event_bytes.
+    UPSTREAM_OVER_LIMIT = "upstream_over_limit"
     CLIENT_DISCONNECTED = "client_disconnected"
     CLIENT_STALLED = "client_stalled"  # stopped reading for timeouts.client_write
     REQUEST_BODY_TIMEOUT = "request_body_timeout"  # body not received within timeouts.request_body
@@ -67,7 +108,12 @@ class OutcomeKind(enum.StrEnum):
 
 #: The upstream's body ended before its terminal event (its connection's doing).
 UPSTREAM_CUT_SHORT = frozenset(
-    {OutcomeKind.UPSTREAM_EOF, OutcomeKind.UPSTREAM_RESET, OutcomeKind.UPSTREAM_EVENT_TOO_LARGE}
+    {
+        OutcomeKind.UPSTREAM_EOF,
+        OutcomeKind.UPSTREAM_RESET,
+        OutcomeKind.UPSTREAM_EVENT_TOO_LARGE,
+        OutcomeKind.UPSTREAM_OVER_LIMIT,
+    }
 )
 #: A deadline proxai keeps on a stream after its headers passed.
 STREAM_DEADLINES = frozenset(
@@ -162,18 +208,22 @@ class Outcome:
     bytes_in: int = 0  # body bytes received from the upstream
     bytes_out: int = 0  # body bytes sent to the client
     model: str | None = None  # as requested
-    tools: list[str] = attrs.field(factory=list)  # declared tool names (hosted tools by type)
+    #: Declared tool names (hosted tools by type), as :func:`listed` keeps them.
+    tools: list[str] = attrs.field(factory=list, converter=listed)
     stalled_item: str | None = None  # e.g. "function_call get_weather (call_weather_01)"
     usage: dict[str, Any] | None = None  # from response.completed
+    #: The first :data:`MAX_LISTED` tool calls the response streamed...
     calls: list[CallSummary] = attrs.field(factory=list)
+    calls_more: int = 0  # ... and how many more it streamed
     #: Whether every aggregate (arguments, text) equalled its ``.done`` value and the
     #: final output; ``None`` when there was nothing to compare.
     aggregates_match: bool | None = None
     anomalies: list[str] = attrs.field(factory=list)  # odd upstream input, forwarded anyway
     #: ``responses→chat`` when the request was translated (client API → upstream API).
     translation: str | None = None
-    #: Request fields the translation dropped (dotted paths), e.g. ``tools.web_search``.
-    dropped: list[str] = attrs.field(factory=list)
+    #: Request fields the translation dropped (dotted paths), e.g. ``tools.web_search``, as
+    #: :func:`listed` keeps them.
+    dropped: list[str] = attrs.field(factory=list, converter=listed)
 
     def as_dict(self) -> dict[str, object]:
         """A JSON-ready view (for captures and the demo); ``usage`` at most

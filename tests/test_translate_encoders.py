@@ -50,7 +50,8 @@ MODEL = "client-model"
 
 def context(client: WireApi, **fields: Any) -> TranslationContext:
     fields.setdefault("model", MODEL)
-    return TranslationContext(client=client, upstream=WireApi.CHAT, stream=True, **fields)
+    fields.setdefault("stream", True)
+    return TranslationContext(client=client, upstream=WireApi.CHAT, **fields)
 
 
 def responses(events: Sequence[Event], **fields: Any) -> tuple[ResponsesEncoder, bytes]:
@@ -451,7 +452,8 @@ def test_chat_fail_mid_stream_ends_with_the_observers_error_chunk() -> None:
 
 
 def test_chat_body_is_the_whole_completion() -> None:
-    encoder, _ = chat(PARALLEL_CALLS, tool_names=TOOL_NAMES)
+    # A whole body is what a client that asked for no stream gets (a stream keeps no text).
+    encoder, _ = chat(PARALLEL_CALLS, tool_names=TOOL_NAMES, stream=False)
     completion = checks.chat_body(encoder.body())
     (choice,) = completion.choices
     assert choice.finish_reason == "tool_calls"
@@ -596,9 +598,11 @@ def test_messages_pings_only_while_the_stream_is_open() -> None:
 
 
 def test_messages_body_is_the_whole_message() -> None:
-    encoder, _ = messages(PARALLEL_CALLS, tool_names=TOOL_NAMES)
+    encoder, _ = messages(PARALLEL_CALLS, tool_names=TOOL_NAMES, stream=False)
     message = checks.messages_body(encoder.body())
     assert [b.type for b in message.content] == ["thinking", "text", "tool_use", "tool_use"]
+    assert message.content[1].type == "text"
+    assert message.content[1].text == "Checking the weather."
     assert message.stop_reason == "tool_use"
     assert message.usage.input_tokens == 20
 

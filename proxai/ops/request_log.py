@@ -3,7 +3,10 @@
 Only an allow-list of the record's fields is logged: what happened, where,
 when and how much, with tool names and argument *lengths*. Never bodies,
 prompts, argument text, headers or keys (the anomalies the observers note can
-quote upstream bytes, so only their number is logged).
+quote upstream bytes, so only their number is logged). Every field is bounded,
+so a line stays a few kilobytes whatever the request or the stream: the lists
+as the record keeps them (:data:`~proxai.outcome.MAX_LISTED` entries), free
+text cut at :data:`MAX_LOG_TEXT` characters.
 """
 
 from __future__ import annotations
@@ -17,9 +20,27 @@ import orjson
 from ..config import LogFormat, LoggingConfig
 from ..outcome import MAX_USAGE_DEPTH, WARNINGS, Outcome
 
-__all__ = ["JsonFormatter", "RequestLog", "configure", "log_fields", "usage_tokens"]
+__all__ = [
+    "MAX_LOG_TEXT",
+    "JsonFormatter",
+    "RequestLog",
+    "configure",
+    "log_fields",
+    "usage_tokens",
+]
 
 log = logging.getLogger("proxai.request")
+
+
+#: Characters kept of a free-text field of the line (a path, a model name, an upstream's
+#: error message can be as long as a request or an event): the rest is cut, and counted.
+MAX_LOG_TEXT = 1024
+
+
+def _short(value: str | None) -> str | None:
+    if value is None or len(value) <= MAX_LOG_TEXT:
+        return value
+    return f"{value[:MAX_LOG_TEXT]}... ({len(value) - MAX_LOG_TEXT} more characters)"
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -50,7 +71,7 @@ def log_fields(outcome: Outcome) -> dict[str, Any]:
     return {
         "request_id": outcome.request_id,
         "method": outcome.method,
-        "path": outcome.path,
+        "path": _short(outcome.path),
         "status": outcome.status,
         "outcome": outcome.kind.value if outcome.kind else None,
         "route": outcome.route,
@@ -60,12 +81,12 @@ def log_fields(outcome: Outcome) -> dict[str, Any]:
             a.status if a.status is not None else a.result for a in outcome.attempts
         ],
         "retry_refused": outcome.retry_refused,
-        "model": outcome.model,
+        "model": _short(outcome.model),
         "stream": outcome.streaming,
         "translation": outcome.translation,
         "dropped": outcome.dropped,
         "tools": outcome.tools,
-        "stalled_item": outcome.stalled_item,
+        "stalled_item": _short(outcome.stalled_item),
         "first_byte_ms": _ms(outcome.first_byte_s),
         "first_event_ms": _ms(outcome.first_event_s),
         "total_ms": _ms(outcome.total_s),
@@ -82,9 +103,10 @@ def log_fields(outcome: Outcome) -> dict[str, Any]:
             }
             for c in outcome.calls
         ],
+        "calls_more": outcome.calls_more,
         "aggregates_match": outcome.aggregates_match,
         "anomalies": len(outcome.anomalies),
-        "detail": outcome.detail,
+        "detail": _short(outcome.detail),
     }
 
 

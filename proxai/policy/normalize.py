@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from ..config import NormalizeConfig
 from ..wire.json_body import dumps_kept
 
@@ -91,4 +93,6 @@ def normalize_body(
     if upstream_model is not None and data.get("model") != upstream_model:
         data["model"] = upstream_model
         changed = True
-    return dumps_kept(data) if changed else body
+    if not changed:
+        return body
+    return dumps_kept(data, client_body=lambda: orjson.loads(body))

@@ -80,6 +80,12 @@ class StreamObserver:
     def on_frames(self, frames: Sequence[SSEFrame], now: float) -> None:
         """Frames that just arrived from the upstream (already on their way out)."""
 
+    @property
+    def over_limit(self) -> Verdict | None:
+        """The stream went past a limit proxai holds one stream to (too many items open at
+        once, say): how it ends. The relay ends it at once, as a stall."""
+        return None
+
     def deadline(self) -> float:
         """When to call :meth:`on_deadline` if nothing else arrives (``inf``: never)."""
         return math.inf

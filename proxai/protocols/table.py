@@ -28,6 +28,7 @@ from .names import WireApi
 from .observer import StreamObserver
 from .responses.observer import ResponsesObserver
 from .responses.request import project_responses
+from .tracking import StreamLimits
 
 __all__ = [
     "ANTHROPIC_SDK",
@@ -58,9 +59,10 @@ class Projection(Protocol):
     def tool_names(self) -> list[str]: ...
 
 
-#: Builds the observer of one stream from its upstream's deadlines and the request
-#: (``None`` for a stream proxai did not see the request of, such as a resumed one).
-ObserverFactory = Callable[[TimeoutsConfig, Projection | None], StreamObserver]
+#: Builds the observer of one stream from its upstream's deadlines, the request (``None``
+#: for a stream proxai did not see the request of, such as a resumed one) and what one
+#: stream may hold.
+ObserverFactory = Callable[[TimeoutsConfig, Projection | None, StreamLimits], StreamObserver]
 
 
 @attrs.frozen
@@ -119,8 +121,10 @@ class UpstreamProtocol:
         return self.key_header, value
 
 
-def _responses_observer(timeouts: TimeoutsConfig, request: Projection | None) -> StreamObserver:
-    return ResponsesObserver(timeouts, model=request.model if request else None)
+def _responses_observer(
+    timeouts: TimeoutsConfig, request: Projection | None, limits: StreamLimits
+) -> StreamObserver:
+    return ResponsesObserver(timeouts, model=request.model if request else None, limits=limits)
 
 
 APIS: tuple[Api, ...] = (
@@ -139,7 +143,7 @@ APIS: tuple[Api, ...] = (
         "/v1/chat/completions",
         OPENAI_SDK,
         project_chat,
-        lambda timeouts, request: ChatObserver(timeouts),
+        lambda timeouts, request, limits: ChatObserver(timeouts, limits),
         UpstreamKind.OPENAI,
     ),
     Api(
@@ -147,7 +151,7 @@ APIS: tuple[Api, ...] = (
         "/v1/messages",
         ANTHROPIC_SDK,
         project_messages,
-        lambda timeouts, request: MessagesObserver(timeouts),
+        lambda timeouts, request, limits: MessagesObserver(timeouts, limits),
         UpstreamKind.ANTHROPIC_MESSAGES,
     ),
 )

@@ -13,17 +13,37 @@ is. A :class:`TrackingObserver` keeps
 
 A subclass parses its protocol's frames (:meth:`TrackingObserver._apply`) and
 writes its protocol's terminal (:meth:`TrackingObserver._closing`).
+
+Per event the work is constant (amortized): the guarded items wait in a heap by
+their last progress, so the next deadline is its top, however many are open. What
+one stream holds is bounded by its :class:`StreamLimits`: at most
+``max_open_items`` items open at once (past it the stream ends with the protocol's
+error, as a stall does), and at most ``max_kept`` bytes of text and item records
+kept for the end-of-stream checks (past it nothing more is kept, and the checks
+skip what was not; a translated stream, whose translator holds as much, ends
+instead).
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections.abc import Hashable, Sequence
 
 import attrs
 
 from ..config import TimeoutsConfig
-from ..outcome import MAX_USAGE_DEPTH, CallSummary, Outcome, OutcomeKind, cap_depth
+from ..outcome import (
+    MAX_LISTED,
+    MAX_USAGE_DEPTH,
+    CallSummary,
+    Outcome,
+    OutcomeKind,
+    cap_depth,
+    cut_name,
+)
 from ..wire.sse import SSEFrame
+from .aggregate import Aggregate
 from .observer import (
     ItemSnapshot,
     ObserverSnapshot,
@@ -32,7 +52,13 @@ from .observer import (
     client_stalled_message,
 )
 
-__all__ = ["AFTER_TERMINAL_GRACE", "TrackedItem", "TrackingObserver"]
+__all__ = [
+    "AFTER_TERMINAL_GRACE",
+    "ITEM_BYTES",
+    "StreamLimits",
+    "TrackedItem",
+    "TrackingObserver",
+]
 
 #: After its terminal event a stream has nothing left to say: if the upstream does
 #: not hang up within this many seconds, proxai ends the response itself.
@@ -40,9 +66,28 @@ AFTER_TERMINAL_GRACE = 1.0
 #: Anomalies kept per stream (the rest are counted): a stream of garbage must not
 #: grow the record without bound.
 MAX_ANOMALIES = 20
+#: What one item's record costs against :attr:`StreamLimits.max_kept`: about what an
+#: observer and a translator keep of an item besides its text (by tracemalloc, 0.85 and
+#: 1.4 KiB for a Responses function call translated for a Chat client).
+ITEM_BYTES = 2048
 
 
-@attrs.define
+@attrs.frozen
+class StreamLimits:
+    """What one stream may make its observer hold (``[server]``; docs/configuration.md)."""
+
+    #: Items open at once (``server.max_open_items``): past it, the stream ends with the
+    #: protocol's error (``upstream_over_limit``).
+    max_open_items: int = 1024
+    #: Bytes of text and item records kept for the end-of-stream checks
+    #: (``server.max_event_bytes``): past it, nothing more is kept.
+    max_kept: int = 16 * 1024 * 1024
+    #: A translated stream, whose translator holds about what the observer keeps: past
+    #: ``max_kept`` it ends with the protocol's error (``upstream_over_limit``) instead.
+    end_past_kept: bool = False
+
+
+@attrs.define(eq=False)
 class TrackedItem:
     """An item the stream opened: a tool call, a message, a content block."""
 
@@ -54,28 +99,37 @@ class TrackedItem:
     last_progress: float
     name: str | None = None
     call_id: str | None = None
-    parts: list[str] = attrs.field(factory=list)  # the aggregated deltas
+    text: Aggregate = attrs.field(factory=Aggregate)  # what its deltas spelled
+    #: Its entry in the observer's heap of guarded items (its progress when pushed), if any.
+    queued_at: float | None = None
 
     @property
     def aggregate(self) -> str:
-        """Everything the deltas spelled so far (joined once, then cached)."""
-        if len(self.parts) > 1:
-            self.parts[:] = ["".join(self.parts)]
-        return self.parts[0] if self.parts else ""
+        """Everything the deltas spelled so far (as far as it was kept)."""
+        return self.text.value()
 
     def summary(self) -> CallSummary:
-        return CallSummary(self.type, self.name, self.call_id, len(self.aggregate))
+        """The call as the record keeps it (its names cut to the record's width)."""
+        name = None if self.name is None else cut_name(self.name)
+        call_id = None if self.call_id is None else cut_name(self.call_id)
+        return CallSummary(cut_name(self.type), name, call_id, self.text.length)
 
 
 class TrackingObserver(StreamObserver):
     """Deadlines and verdicts over the items a protocol observer tracks."""
 
-    def __init__(self, timeouts: TimeoutsConfig) -> None:
+    def __init__(self, timeouts: TimeoutsConfig, limits: StreamLimits | None = None) -> None:
         self._idle = timeouts.idle
         self._tool_arguments = timeouts.tool_arguments
         self._total = timeouts.total
+        self._limits = limits or StreamLimits()
         self._open: dict[Hashable, TrackedItem] = {}
-        self._calls: list[TrackedItem] = []  # every guarded item ever opened, in order
+        #: Guarded items by their progress when queued (lazily fixed: see _earliest_guarded).
+        self._guarded: list[tuple[float, int, TrackedItem]] = []
+        self._queued = itertools.count()
+        #: The first MAX_LISTED guarded items opened, in order, and how many more were.
+        self._calls: list[TrackedItem] = []
+        self._calls_more = 0
         self._last_activity = 0.0
         self._events = 0
         self._terminal: OutcomeKind | None = None
@@ -85,7 +139,12 @@ class TrackingObserver(StreamObserver):
         self._anomalies_dropped = 0
         self._comparisons = 0
         self._mismatches: list[str] = []
+        self._mismatches_dropped = 0
         self._usage: dict[str, object] | None = None
+        self._kept = 0  # bytes kept for the end-of-stream checks (text, records)
+        self._keeping = True
+        #: The stream went past a limit: how it ends (the relay ends it at once).
+        self._over: Verdict | None = None
 
     # -- to be provided by each protocol ---------------------------------------------------
 
@@ -99,15 +158,72 @@ class TrackingObserver(StreamObserver):
 
     # -- bookkeeping for subclasses --------------------------------------------------------
 
-    def _open_item(self, item: TrackedItem) -> None:
+    def _open_item(self, item: TrackedItem) -> bool:
+        """Track ``item``; ``False`` when it is one more than ``max_open_items`` (the
+        stream then ends: see :attr:`over_limit`)."""
         if item.key in self._open:
             self._note(f"{item.label} opened twice")
+        elif len(self._open) >= self._limits.max_open_items:
+            limit = self._limits.max_open_items
+            self._end_over_limit(
+                f"upstream opened more than {limit} items at once (proxai max_open_items) "
+                f"with {item.label}"
+            )
+            return False
         self._open[item.key] = item
         if item.guarded:
-            self._calls.append(item)
+            self._queue(item)
+            if len(self._calls) < MAX_LISTED:
+                self._calls.append(item)
+            else:
+                self._calls_more += 1
+        return True
 
     def _close_item(self, key: Hashable) -> TrackedItem | None:
         return self._open.pop(key, None)
+
+    def _guard(self, item: TrackedItem, guarded: bool = True) -> None:
+        """Bound ``item`` by ``tool_arguments`` (or no longer)."""
+        item.guarded = guarded
+        if guarded and item.queued_at is None:
+            self._queue(item)
+
+    def _progress(self, item: TrackedItem, text: str, now: float) -> None:
+        """``item`` grew by ``text`` at ``now``: its aggregate grows, its
+        deadline moves."""
+        self._grow(item.text, text)
+        item.last_progress = now
+
+    def _grow(self, aggregate: Aggregate, text: str) -> None:
+        """``aggregate`` grows by ``text``, kept while the stream is within ``max_kept``."""
+        if self._keep(len(text)):
+            aggregate.append(text)
+        else:
+            aggregate.skip(text)
+
+    def _keep(self, size: int) -> bool:
+        """Whether ``size`` more bytes may be kept for the end-of-stream checks."""
+        if not self._keeping:
+            return False
+        self._kept += size
+        if self._kept <= self._limits.max_kept:
+            return True
+        self._keeping = False
+        limit = self._limits.max_kept
+        if self._limits.end_past_kept:
+            self._end_over_limit(
+                f"the translated stream holds more than {limit} bytes (proxai max_event_bytes)"
+            )
+        else:
+            self._note(
+                f"the stream kept {limit} bytes for its end-of-stream checks "
+                "(max_event_bytes): the rest is not compared"
+            )
+        return False
+
+    def _end_over_limit(self, message: str) -> None:
+        if self._over is None and self._terminal is None:
+            self._over = self._fail(OutcomeKind.UPSTREAM_OVER_LIMIT, message + self._where())
 
     def _finish(self, kind: OutcomeKind, detail: str | None = None) -> None:
         """The upstream sent its terminal event (the first one counts)."""
@@ -115,10 +231,41 @@ class TrackingObserver(StreamObserver):
             self._terminal = kind
             self._terminal_detail = detail
 
-    def _compare(self, what: str, aggregate: str, expected: str) -> None:
+    def _compare(self, what: str, aggregate: Aggregate, expected: str) -> None:
+        """Check what the deltas spelled against the upstream's whole value (a part not
+        kept whole is not compared)."""
+        if aggregate.partial:
+            return
         self._comparisons += 1
-        if aggregate != expected:
-            self._mismatches.append(what)
+        if not aggregate.matches(expected):
+            if len(self._mismatches) < MAX_ANOMALIES:
+                self._mismatches.append(what)
+            else:
+                self._mismatches_dropped += 1
+
+    # -- guarded items, by their last progress ---------------------------------------------
+
+    def _queue(self, item: TrackedItem) -> None:
+        item.queued_at = item.last_progress
+        heapq.heappush(self._guarded, (item.last_progress, next(self._queued), item))
+
+    def _earliest_guarded(self) -> TrackedItem | None:
+        """The guarded open item that progressed least recently. An item's entry is
+        fixed when it comes to the top: dropped if the item closed or is no longer
+        guarded, queued again at its last progress if it progressed since (each
+        progress costs at most one more entry, so this is constant time amortized)."""
+        heap = self._guarded
+        while heap:
+            queued_at, _, item = heap[0]
+            if not item.guarded or self._open.get(item.key) is not item:
+                heapq.heappop(heap)
+                item.queued_at = None
+            elif item.last_progress != queued_at:
+                item.queued_at = item.last_progress
+                heapq.heapreplace(heap, (item.last_progress, next(self._queued), item))
+            else:
+                return item
+        return None
 
     # -- the StreamObserver interface ------------------------------------------------------
 
@@ -126,12 +273,18 @@ class TrackingObserver(StreamObserver):
     def finished(self) -> bool:
         return self._terminal is not None
 
+    @property
+    def over_limit(self) -> Verdict | None:
+        return self._over
+
     def on_start(self, now: float) -> None:
         self._last_activity = now
 
     def on_frames(self, frames: Sequence[SSEFrame], now: float) -> None:
         self._last_activity = now
         for frame in frames:
+            if self._over is not None:
+                return  # the stream is ending: nothing more is tracked
             if frame.unknown:
                 self._note(f"a line that is no SSE field: {frame.raw[:60]!r}")
             if frame.data is None:  # a comment (": ping") or a stray blank line
@@ -147,24 +300,24 @@ class TrackingObserver(StreamObserver):
             self._anomalies_dropped += 1
 
     def deadline(self) -> float:
+        if self._over is not None:
+            return self._last_activity  # due now: the stream is ending
         if self._terminal is not None:
             return self._last_activity + min(self._idle, AFTER_TERMINAL_GRACE)
         deadline = self._last_activity + self._idle
-        for item in self._open.values():
-            if item.guarded:
-                deadline = min(deadline, item.last_progress + self._tool_arguments)
+        stalled = self._earliest_guarded()
+        if stalled is not None:
+            deadline = min(deadline, stalled.last_progress + self._tool_arguments)
         return deadline
 
     def on_deadline(self, now: float) -> Verdict:
+        if self._over is not None:
+            return self._over
         if self._terminal is not None:
             # The client has its terminal event; the upstream just never hung up.
             return Verdict(self._terminal, self._terminal_detail)
         idle_deadline = self._last_activity + self._idle
-        stalled = min(
-            (i for i in self._open.values() if i.guarded),
-            key=lambda i: i.last_progress,
-            default=None,
-        )
+        stalled = self._earliest_guarded()
         if stalled is not None and stalled.last_progress + self._tool_arguments <= min(
             now, idle_deadline
         ):
@@ -179,6 +332,8 @@ class TrackingObserver(StreamObserver):
         )
 
     def on_total_timeout(self, now: float) -> Verdict:
+        if self._over is not None:
+            return self._over
         if self._terminal is not None:
             return Verdict(self._terminal, self._terminal_detail)
         return self._fail(
@@ -192,6 +347,8 @@ class TrackingObserver(StreamObserver):
         return self._fail(OutcomeKind.CLIENT_STALLED, client_stalled_message(seconds))
 
     def on_end(self, *, fault: OutcomeKind | None, detail: str | None, now: float) -> Verdict:
+        if self._over is not None:
+            return self._over
         if self._terminal is not None:
             return Verdict(self._terminal, self._terminal_detail)
         if fault is None:
@@ -219,11 +376,14 @@ class TrackingObserver(StreamObserver):
         outcome.stalled_item = self._stalled.label if self._stalled else None
         outcome.usage, usage_capped = cap_depth(self._usage, MAX_USAGE_DEPTH)
         outcome.calls = [item.summary() for item in self._calls]
+        outcome.calls_more = self._calls_more
         outcome.aggregates_match = None if not self._comparisons else not self._mismatches
         outcome.anomalies.extend(self._anomalies)
         if self._anomalies_dropped:
             outcome.anomalies.append(f"... and {self._anomalies_dropped} more anomalies")
         outcome.anomalies.extend(f"aggregate differs: {m}" for m in self._mismatches)
+        if self._mismatches_dropped:
+            outcome.anomalies.append(f"... and {self._mismatches_dropped} more aggregates differ")
         if usage_capped:
             outcome.anomalies.append(
                 f"usage nested deeper than {MAX_USAGE_DEPTH} levels: the deeper part is dropped"
@@ -240,7 +400,7 @@ class TrackingObserver(StreamObserver):
                     if item.guarded
                     else None
                 ),
-                chars=sum(len(p) for p in item.parts),
+                chars=item.text.length,
             )
             for item in self._open.values()
         )

@@ -352,6 +352,12 @@ class Relay:
                 return self._observer.on_deadline(self._clock.now()), forwarded
             if isinstance(message, Body):
                 self._observe_frames(message)
+                over = self._observer.over_limit
+                if over is not None:  # past a limit of one stream: it ends now, as a stall
+                    self._reader_scope.cancel()
+                    async for _ in upstream:  # the reader may be mid-read: let it end
+                        pass
+                    return over, forwarded
                 data = self._client_bytes(message)
                 if data:
                     forwarded = True

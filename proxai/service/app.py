@@ -44,6 +44,7 @@ from ..protocols.table import (
     api_for,
     upstream_kind_for,
 )
+from ..protocols.tracking import StreamLimits
 from ..relay.exchange import Exchange, ObserverFactory, ProxiedRequest, UpstreamTarget, pass_through
 from ..relay.relay import Relay
 from ..relay.writer import send_error
@@ -158,6 +159,10 @@ class ProxaiApp:
         self._sweeping = trio.CancelScope()
         self._gate = Gate(
             config.server, lambda: self._relays, RetryBudget.from_config(config.retries)
+        )
+        #: What one stream may hold (a translated one ends past max_event_bytes held).
+        self._limits = StreamLimits(
+            max_open_items=config.server.max_open_items, max_kept=config.server.max_event_bytes
         )
         self._request_log = RequestLog(config.logging)
         self._metrics = Metrics(self._router.exact_models) if config.metrics.enabled else None
@@ -468,7 +473,10 @@ class ProxaiApp:
         api = incoming.api
         if api is not None and incoming.method == "GET":
             # A resumed stream (GET /v1/responses/{id}?stream=true): no request to project.
-            return _Prepared(None, None, lambda timeouts: api.observer(timeouts, None), True)
+            limits = self._limits
+            return _Prepared(
+                None, None, lambda timeouts: api.observer(timeouts, None, limits), True
+            )
         if api is None:
             data = _json_object_or_none(body)
             model = data.get("model") if data is not None else None
@@ -482,7 +490,7 @@ class ProxaiApp:
         return _Prepared(
             data,
             projection.model,
-            lambda timeouts: api.observer(timeouts, projection),
+            lambda timeouts: api.observer(timeouts, projection, self._limits),
             projection.stream is True,
         )
 
@@ -518,11 +526,12 @@ class ProxaiApp:
             data["model"] = upstream_model
         translated = translate(api.wire, wire, data, client.config.translation)
         upstream = API_BY_WIRE[wire]
+        limits = attrs.evolve(self._limits, end_past_kept=True)
         return UpstreamTarget(
             client,
             client.timeouts,
-            dumps_kept(translated.body),
-            observer_factory=lambda timeouts: upstream.observer(timeouts, None),
+            dumps_kept(translated.body, client_body=lambda: data),
+            observer_factory=lambda timeouts: upstream.observer(timeouts, None, limits),
             raw_path=upstream.path.encode(),
             query=b"",
             translator=translated.translator(),

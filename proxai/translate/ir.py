@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import attrs
 
+from ..outcome import MAX_LISTED, cut_name, more_entry
 from ..protocols.names import WireApi
 from ..wire.sse import SSEFrame
 
@@ -273,8 +274,29 @@ class TranslationContext:
     #: Request fields the client API echoes in its response object (Responses:
     #: instructions, tools, tool_choice, parallel_tool_calls, text, reasoning, ...).
     echo: dict[str, Any] = attrs.field(factory=dict)
-    #: Request fields dropped on the way (dotted paths), for the outcome record.
+    #: Request fields dropped on the way (dotted paths), for the outcome record: the first
+    #: :data:`~proxai.outcome.MAX_LISTED` - 1 noted, then ``"... and K more"`` (see
+    #: :func:`~proxai.outcome.listed`). Filled by :meth:`note_dropped`.
     dropped: list[str] = attrs.field(factory=list)
+    #: Every path noted, while the request is translated (each is listed or counted once).
+    _dropped_paths: set[str] = attrs.field(factory=set, init=False, repr=False, eq=False)
+
+    def note_dropped(self, path: str) -> None:
+        """``path`` of the request was not forwarded: listed or counted, once per path, in
+        constant time (a request can have 60,000 fields no upstream reads)."""
+        if path in self._dropped_paths:
+            return
+        self._dropped_paths.add(path)
+        count = len(self._dropped_paths)
+        if count <= MAX_LISTED:
+            self.dropped.append(cut_name(path))
+        else:
+            self.dropped[MAX_LISTED - 1 :] = [more_entry(count - MAX_LISTED + 1)]
+
+    def translated(self) -> None:
+        """The request is translated: let go of what only that needed (the paths noted),
+        since the context lives as long as the response."""
+        self._dropped_paths = set()
 
     def client_tool_name(self, upstream_name: str | None) -> str | None:
         """The client's name for a tool the upstream called."""

@@ -25,7 +25,8 @@ from ...config import TimeoutsConfig
 from ...errors import ending_code
 from ...outcome import OutcomeKind
 from ...wire.sse import SSEFrame
-from ..tracking import TrackedItem, TrackingObserver
+from ..aggregate import Aggregate
+from ..tracking import ITEM_BYTES, StreamLimits, TrackedItem, TrackingObserver
 
 __all__ = ["ChatObserver", "synthesized_error"]
 
@@ -47,16 +48,20 @@ def _str(value: Any) -> str | None:
 class ChatObserver(TrackingObserver):
     """Watches one Chat Completions stream; see the module docstring."""
 
-    def __init__(self, timeouts: TimeoutsConfig) -> None:
-        super().__init__(timeouts)
+    def __init__(self, timeouts: TimeoutsConfig, limits: StreamLimits | None = None) -> None:
+        super().__init__(timeouts, limits)
+        # Calls by (choice, tool call index): open ones, and closed ones while kept.
         self._calls_by_key: dict[tuple[int, int | str], TrackedItem] = {}
-        self._texts: dict[int, list[str]] = {}
-        self._finish_reasons: dict[int, str] = {}
+        self._open_of_choice: dict[int, dict[tuple[int, int | str], None]] = {}
+        self._guarded_call: dict[int, tuple[int, int | str]] = {}  # per choice, at most one
+        self._texts: dict[int, Aggregate] = {}
+        self._incomplete: set[int] = set()  # choices whose last finish_reason cut them short
+        self._incomplete_unkept = False  # one that could not be kept did (past max_kept)
 
     def _apply(self, frame: SSEFrame, now: float) -> None:
         assert frame.data is not None
         if frame.data.strip() == DONE:
-            incomplete = _INCOMPLETE_REASONS.intersection(self._finish_reasons.values())
+            incomplete = self._incomplete or self._incomplete_unkept
             self._finish(OutcomeKind.INCOMPLETE if incomplete else OutcomeKind.COMPLETED)
             return
         try:
@@ -111,21 +116,59 @@ class ChatObserver(TrackingObserver):
                 self._call_fragment((index, "function_call"), {}, function_call, now)
         finish_reason = choice.get("finish_reason")
         if isinstance(finish_reason, str):
-            self._finish_reasons[index] = finish_reason
-            for key in [k for k in self._open if isinstance(k, tuple) and k[0] == index]:
-                self._close_item(key)
+            if finish_reason not in _INCOMPLETE_REASONS:
+                self._incomplete.discard(index)
+            elif index in self._incomplete or self._keep(ITEM_BYTES):
+                self._incomplete.add(index)
+            else:
+                self._incomplete_unkept = True
+            for open_key in self._open_of_choice.pop(index, {}):
+                self._close_call(open_key)
+
+    # Open items by choice, so that a choice's finish_reason closes its own at once.
+
+    def _open_item(self, item: TrackedItem) -> bool:
+        key = item.key
+        assert isinstance(key, tuple)
+        if not super()._open_item(item):
+            return False
+        self._open_of_choice.setdefault(key[0], {})[key] = None
+        return True
+
+    def _close_call(self, key: tuple[int, int | str]) -> None:
+        """Close an open item of a choice (its text, or a call); a call's record goes
+        unless it is kept (within max_kept)."""
+        item = self._close_item(key)
+        self._open_of_choice.get(key[0], {}).pop(key, None)
+        if item is not None and item.type == "tool_call" and not self._keep(ITEM_BYTES):
+            self._calls_by_key.pop(key, None)
 
     def _guard_only(self, choice: int, key: tuple[int, int | str] | None) -> None:
         """Guard call ``key`` and no other open call of ``choice``."""
-        for other_key, other in self._calls_by_key.items():
-            if other_key[0] == choice and other_key in self._open:
-                other.guarded = other_key == key
+        previous = self._guarded_call.pop(choice, None)
+        if previous is not None and previous != key:
+            other = self._open.get(previous)
+            if other is not None:
+                self._guard(other, False)
+        if key is None:
+            return
+        item = self._open.get(key)
+        if item is not None:
+            self._guarded_call[choice] = key
+            self._guard(item)
 
     def _text(self, choice: int, content: str, now: float) -> None:
         key = (choice, "text")
         if key not in self._open:
-            self._open_item(TrackedItem(key, "text", f"choice {choice}", False, "text", now))
-        self._texts.setdefault(choice, []).append(content)
+            item = TrackedItem(key, "text", f"choice {choice}", False, "text", now)
+            if not self._open_item(item):
+                return
+        text = self._texts.get(choice)
+        if text is None:
+            if not self._keep(ITEM_BYTES):
+                return
+            text = self._texts[choice] = Aggregate()
+        self._grow(text, content)
 
     def _call_fragment(
         self, key: tuple[int, int | str], call: dict[str, Any], function: Any, now: float
@@ -135,7 +178,7 @@ class ChatObserver(TrackingObserver):
         call_id = _str(call.get("id"))
         if item is not None and call_id and item.call_id and call_id != item.call_id:
             # Some servers reuse an index for the next call; a new id means a new call.
-            self._close_item(key)
+            self._close_call(key)
             item = None
         if item is None:
             name = _str(function.get("name"))
@@ -143,8 +186,9 @@ class ChatObserver(TrackingObserver):
                 "tool call" + (f" {name}" if name else "") + (f" ({call_id})" if call_id else "")
             )
             item = TrackedItem(key, "tool_call", label, True, "arguments", now, name, call_id)
+            if not self._open_item(item):
+                return
             self._calls_by_key[key] = item
-            self._open_item(item)
         elif key not in self._open:
             self._note(f"a fragment for {item.label} after its choice finished")
             return
@@ -157,8 +201,7 @@ class ChatObserver(TrackingObserver):
         self._guard_only(key[0], key)
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
-            item.parts.append(arguments)
-            item.last_progress = now
+            self._progress(item, arguments, now)
 
     def _closing(self, kind: OutcomeKind, message: str) -> bytes:
         return synthesized_error(message, code=ending_code(kind))
@@ -174,4 +217,4 @@ class ChatObserver(TrackingObserver):
     @property
     def texts(self) -> dict[int, str]:
         """Each choice's text."""
-        return {choice: "".join(parts) for choice, parts in self._texts.items()}
+        return {choice: text.value() for choice, text in self._texts.items()}

@@ -26,12 +26,15 @@ import orjson
 from ...config import TimeoutsConfig
 from ...outcome import TRY_AGAIN, OutcomeKind
 from ...wire.sse import SSEFrame
-from ..tracking import TrackedItem, TrackingObserver
+from ..tracking import ITEM_BYTES, StreamLimits, TrackedItem, TrackingObserver
 
 __all__ = ["MessagesObserver", "synthesized_error"]
 
 #: What each block type streams, for messages such as "while streaming input of ...".
 _STREAMS = {"text": "text", "thinking": "thinking", "redacted_thinking": "thinking"}
+#: Usage keys merged at most (Anthropic sends about six): a stream of ever new ones must
+#: not grow the record.
+MAX_USAGE_KEYS = 64
 #: Stop reasons that mean the answer was cut short.
 _INCOMPLETE_REASONS = frozenset({"max_tokens", "model_context_window_exceeded"})
 
@@ -49,9 +52,9 @@ def _str(value: Any) -> str | None:
 class MessagesObserver(TrackingObserver):
     """Watches one Anthropic Messages stream; see the module docstring."""
 
-    def __init__(self, timeouts: TimeoutsConfig) -> None:
-        super().__init__(timeouts)
-        self._blocks: dict[int, TrackedItem] = {}
+    def __init__(self, timeouts: TimeoutsConfig, limits: StreamLimits | None = None) -> None:
+        super().__init__(timeouts, limits)
+        self._blocks: dict[int, TrackedItem] = {}  # every block opened (within max_kept)
         self._stop_reason: str | None = None
 
     def _apply(self, frame: SSEFrame, now: float) -> None:
@@ -118,8 +121,8 @@ class MessagesObserver(TrackingObserver):
             name=name,
             call_id=block_id,
         )
-        self._open_item(item)
-        self._blocks[index] = item
+        if self._open_item(item) and self._keep(ITEM_BYTES):
+            self._blocks[index] = item
 
     def _delta(self, event: dict[str, Any], now: float) -> None:
         index = event.get("index")
@@ -133,12 +136,19 @@ class MessagesObserver(TrackingObserver):
         else:
             fragment = delta.get("text", delta.get("thinking"))
         if isinstance(fragment, str):
-            item.parts.append(fragment)
-            item.last_progress = now
+            self._progress(item, fragment, now)
 
     def _merge_usage(self, usage: Any) -> None:
-        if isinstance(usage, dict):
-            self._usage = {**(self._usage or {}), **usage}
+        """Usage as ``message_start`` and each ``message_delta`` report it, merged in place
+        (copying it per event would be quadratic), at most MAX_USAGE_KEYS keys."""
+        if not isinstance(usage, dict):
+            return
+        merged = self._usage
+        if merged is None:
+            merged = self._usage = {}
+        for key, value in usage.items():
+            if key in merged or len(merged) < MAX_USAGE_KEYS:
+                merged[key] = value
 
     def _closing(self, kind: OutcomeKind, message: str) -> bytes:
         error_type = "overloaded_error" if kind in TRY_AGAIN else "api_error"

@@ -35,7 +35,8 @@ from ...config import TimeoutsConfig
 from ...errors import ending_code
 from ...outcome import OutcomeKind
 from ...wire.sse import SSEFrame
-from ..tracking import TrackedItem, TrackingObserver
+from ..aggregate import Aggregate
+from ..tracking import ITEM_BYTES, StreamLimits, TrackedItem, TrackingObserver
 from .events import (
     ArgumentsDelta,
     ArgumentsDone,
@@ -127,18 +128,29 @@ def synthesized_error(
     return _sse("error", error_event) + _sse("response.failed", failed)
 
 
+#: What a text part no delta came for spelled.
+_NO_DELTAS = Aggregate()
+
+
 class ResponsesObserver(TrackingObserver):
     """Watches one Responses stream; see the module docstring."""
 
-    def __init__(self, timeouts: TimeoutsConfig, *, model: str | None = None) -> None:
+    def __init__(
+        self,
+        timeouts: TimeoutsConfig,
+        *,
+        model: str | None = None,
+        limits: StreamLimits | None = None,
+    ) -> None:
         """``model``, the one the client asked for, names it in a synthesized failure
         when the upstream sent no snapshot of its own."""
-        super().__init__(timeouts)
+        super().__init__(timeouts, limits)
         self._model = model
-        # Every item ever opened, by output_index (or by id where a server sends no index).
+        # Every item opened (within max_kept), by output_index (or by id where a server
+        # sends no index), for the final output's check; and the open ones' ids.
         self._items: dict[Hashable, TrackedItem] = {}
         self._index_of_id: dict[str, Hashable] = {}
-        self._texts: dict[tuple[Hashable, int], list[str]] = {}
+        self._texts: dict[tuple[Hashable, int], Aggregate] = {}
         self._snapshot: dict[str, Any] | None = None
         self._last_sequence: int | None = None
         self._since_sequence = 0  # events after the last one that carried a sequence_number
@@ -172,16 +184,16 @@ class ResponsesObserver(TrackingObserver):
                 if item is not None:
                     # The arguments are complete: what follows (a hosted MCP tool
                     # running, say) may take long, and only idle bounds it.
-                    item.guarded = False
+                    self._guard(item, False)
                     item.streams = "output"
-                    self._compare(f"{item.label}: {event.type}", item.aggregate, event.value)
+                    self._compare(f"{item.label}: {event.type}", item.text, event.value)
             case TextDone():
                 index = self._index_for(event.output_index, event.item_id)
-                if index is not None:
-                    parts = self._texts.get((index, event.content_index), [])
+                text = self._texts.get((index, event.content_index), _NO_DELTAS)
+                if index is not None and (self._keeping or text is not _NO_DELTAS):
                     self._compare(
                         f"text at output_index {index}, content_index {event.content_index}",
-                        "".join(parts),
+                        text,
                         event.text,
                     )
             case LifecycleEvent():
@@ -205,12 +217,16 @@ class ResponsesObserver(TrackingObserver):
         if event_type == "response.output_text.delta":
             index = self._index_for(output_index, item_id)
             if index is not None:
-                self._texts.setdefault((index, content_index), []).append(delta)
+                text = self._texts.get((index, content_index))
+                if text is None:
+                    if not self._keep(ITEM_BYTES):
+                        return
+                    text = self._texts[(index, content_index)] = Aggregate()
+                self._grow(text, delta)
             return
         item = self._item_for(output_index, item_id, event_type)
         if item is not None:
-            item.parts.append(delta)
-            item.last_progress = now
+            self._progress(item, delta, now)
 
     def _note_sequence(self, seq: int | None) -> None:
         if seq is not None:
@@ -255,9 +271,11 @@ class ResponsesObserver(TrackingObserver):
         )
         initial = item.input if item.type == "custom_tool_call" else item.arguments
         if tracked.guarded and initial:
-            tracked.parts.append(initial)
-        self._open_item(tracked)
-        self._items[index] = tracked
+            self._grow(tracked.text, initial)
+        if not self._open_item(tracked):
+            return
+        if self._keep(ITEM_BYTES):
+            self._items[index] = tracked
         if item.id:
             self._index_of_id[item.id] = index
 
@@ -267,10 +285,12 @@ class ResponsesObserver(TrackingObserver):
         if tracked is None:
             self._note(f"output_item.done for output_index {index}, which is not open")
             return
+        if item.id and self._items.get(index) is not tracked:
+            self._index_of_id.pop(item.id, None)  # not kept for the final check: forgotten
         if tracked.guarded:
             final = item.input if item.type == "custom_tool_call" else item.arguments
             if final is not None:
-                self._compare(f"{tracked.label}: output_item.done", tracked.aggregate, final)
+                self._compare(f"{tracked.label}: output_item.done", tracked.text, final)
 
     def _check_final_output(self, output: Any) -> None:
         if not isinstance(output, list):
@@ -287,19 +307,19 @@ class ResponsesObserver(TrackingObserver):
             if kind in GUARDED_ITEM_TYPES and item is not None and item.type == kind:
                 final = entry.get("input" if kind == "custom_tool_call" else "arguments")
                 if isinstance(final, str):
-                    self._compare(f"{item.label}: final output", item.aggregate, final)
+                    self._compare(f"{item.label}: final output", item.text, final)
             elif kind == "message" and isinstance(entry.get("content"), list):
                 for content_index, part in enumerate(entry["content"]):
-                    parts = self._texts.get((index, content_index))
+                    text = self._texts.get((index, content_index))
                     if (
-                        parts is not None
+                        text is not None
                         and isinstance(part, dict)
                         and isinstance(part.get("text"), str)
                     ):
                         self._compare(
                             f"text at output_index {index}, content_index {content_index}: "
                             "final output",
-                            "".join(parts),
+                            text,
                             part["text"],
                         )
 
@@ -328,4 +348,4 @@ class ResponsesObserver(TrackingObserver):
     @property
     def texts(self) -> dict[tuple[Hashable, int], str]:
         """The seed's ``text[(output_index, content_index)]``."""
-        return {key: "".join(parts) for key, parts in self._texts.items()}
+        return {key: text.value() for key, text in self._texts.items()}

@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from ...protocols.aggregate import Aggregate
 from ...wire.sse import SSEFrame
 from ..ir import Event, FinishReason, ItemKind, Usage
 from ._base import DecoderBase, as_int, as_str, load_object
@@ -42,6 +43,15 @@ _KINDS = {
     "redacted_thinking": ItemKind.REASONING,
     "tool_use": ItemKind.TOOL_CALL,
 }
+
+
+#: The usage counts read (only these are merged: a stream of new keys holds nothing).
+_USAGE_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+)
 
 
 def messages_usage(usage: dict[str, Any]) -> Usage:
@@ -68,7 +78,7 @@ class MessagesDecoder(DecoderBase):
     def __init__(self) -> None:
         super().__init__()
         self._blocks: dict[int, int] = {}  # block index -> item key
-        self._signatures: dict[int, str] = {}  # block index -> signature so far
+        self._signatures: dict[int, Aggregate] = {}  # block index -> signature so far
         self._initial_input: dict[int, str] = {}  # tool_use block index -> its start input
         self._left_out: set[int] = set()  # indexes of server-run blocks
         self._usage: dict[str, Any] = {}
@@ -124,7 +134,7 @@ class MessagesDecoder(DecoderBase):
     def _message_start(self, message: dict[str, Any]) -> list[Event]:
         usage = message.get("usage")
         if isinstance(usage, dict):
-            self._usage.update(usage)
+            self._usage.update((k, usage[k]) for k in _USAGE_KEYS if k in usage)
         return self._start(as_str(message.get("id")), as_str(message.get("model")))
 
     def _message_delta(self, event: dict[str, Any]) -> list[Event]:
@@ -135,7 +145,7 @@ class MessagesDecoder(DecoderBase):
         usage = event.get("usage")
         if isinstance(usage, dict):
             # Cumulative; a field it leaves out (or sends as null) keeps its earlier value.
-            self._usage.update({k: v for k, v in usage.items() if v is not None})
+            self._usage.update((k, usage[k]) for k in _USAGE_KEYS if usage.get(k) is not None)
         return self._start()
 
     def _end(self) -> list[Event]:
@@ -179,9 +189,9 @@ class MessagesDecoder(DecoderBase):
         self._blocks[index] = key
         events += opened
         if block_type == "redacted_thinking":
-            self._signatures[index] = as_str(block.get("data")) or ""
+            self._signatures[index] = Aggregate(as_str(block.get("data")) or "")
         elif kind is ItemKind.REASONING:
-            self._signatures[index] = as_str(block.get("signature")) or ""
+            self._signatures[index] = Aggregate(as_str(block.get("signature")) or "")
             events += self._delta(key, as_str(block.get("thinking")))
         elif kind is ItemKind.TEXT:
             events += self._delta(key, as_str(block.get("text")))
@@ -207,9 +217,9 @@ class MessagesDecoder(DecoderBase):
                 self._initial_input.pop(index, None)
             return self._delta(key, fragment)
         if delta_type == "signature_delta":
-            self._signatures[index] = self._signatures.get(index, "") + (
-                as_str(delta.get("signature")) or ""
-            )
+            signature = as_str(delta.get("signature"))
+            if signature:
+                self._signatures.setdefault(index, Aggregate()).append(signature)
             return []
         if delta_type == "citations_delta":
             self._note("citations were left out")
@@ -220,4 +230,5 @@ class MessagesDecoder(DecoderBase):
             return []
         key = self._blocks[index]
         events = self._delta(key, self._initial_input.pop(index, None))
-        return events + self._close(key, self._signatures.pop(index, None))
+        signature = self._signatures.pop(index, None)
+        return events + self._close(key, signature.value() if signature else None)

@@ -34,6 +34,7 @@ from typing import Any
 import attrs
 import orjson
 
+from ...protocols.aggregate import Aggregate
 from ...wire.sse import SSEFrame
 from ..ir import CUSTOM_TOOL_PARAMETER, Event, FinishReason, ItemKind, Usage
 from ._base import DecoderBase, as_int, as_str, load_object
@@ -91,6 +92,10 @@ def _reasoning_texts(item: dict[str, Any]) -> list[str]:
     return []
 
 
+#: What a part no delta came for spelled.
+_NOTHING = Aggregate()
+
+
 @attrs.define
 class _Item:
     """One output item of the upstream, by its ``output_index``."""
@@ -98,9 +103,9 @@ class _Item:
     type: str
     key: int | None = None  # reasoning and calls: their one neutral item
     parts: dict[int, int] = attrs.field(factory=dict)  # message: content_index -> key
-    texts: dict[int, list[str]] = attrs.field(factory=dict)  # key -> the text given so far
+    texts: dict[int, Aggregate] = attrs.field(factory=dict)  # key -> the text given so far
     source: tuple[str, int] | None = None  # reasoning: the part its last delta came from
-    custom_input: list[str] = attrs.field(factory=list)  # custom call: its input so far
+    custom_input: Aggregate = attrs.field(factory=Aggregate)  # custom call: its input so far
 
 
 class ResponsesDecoder(DecoderBase):
@@ -246,18 +251,38 @@ class ResponsesDecoder(DecoderBase):
     def _streamed(self, state: _Item, key: int | None, text: str | None) -> list[Event]:
         if not text or key is None:
             return []
-        state.texts.setdefault(key, []).append(text)
+        given = state.texts.get(key)
+        if given is None:
+            given = state.texts[key] = Aggregate()
+        given.append(text)
         return self._delta(key, text)
 
     def _complete(self, state: _Item, key: int | None, final: str | None) -> list[Event]:
         """The rest of ``final`` (the text a ``.done`` event or a finished item holds)
         beyond what the deltas gave; the deltas win where the two disagree."""
-        given = "".join(state.texts.get(key, ())) if key is not None else ""
-        if not final or final == given:
+        given = state.texts.get(key, _NOTHING) if key is not None else _NOTHING
+        return self._rest(
+            given,
+            final,
+            lambda rest: self._streamed(state, key, rest),
+            "a final text differed from its deltas; the deltas were kept",
+        )
+
+    def _rest(
+        self,
+        given: Aggregate,
+        final: str | None,
+        send: Callable[[str], list[Event]],
+        differs: str,
+    ) -> list[Event]:
+        """What ``final`` holds beyond ``given``, sent (``differs`` noted if it does not
+        start with it); compared by length first, so an upstream repeating a short
+        ``.done`` cannot make each one join everything so far."""
+        if not final or given.matches(final):
             return []
-        if final.startswith(given):
-            return self._streamed(state, key, final[len(given) :])
-        self._note("a final text differed from its deltas; the deltas were kept")
+        if given.begins(final):
+            return send(final[given.length :])
+        self._note(differs)
         return []
 
     def _custom_input(self, state: _Item, text: str | None) -> list[Event]:
@@ -377,13 +402,12 @@ class ResponsesDecoder(DecoderBase):
         return self._complete_input(state, as_str(event.get("input")))
 
     def _complete_input(self, state: _Item, final: str | None) -> list[Event]:
-        given = "".join(state.custom_input)
-        if not final or final == given:
-            return []
-        if final.startswith(given):
-            return self._custom_input(state, final[len(given) :])
-        self._note("a custom tool call's final input differed from its deltas; deltas kept")
-        return []
+        return self._rest(
+            state.custom_input,
+            final,
+            lambda rest: self._custom_input(state, rest),
+            "a custom tool call's final input differed from its deltas; deltas kept",
+        )
 
     def _on_item_done(self, event: dict[str, Any], response: dict[str, Any]) -> list[Event]:
         index, state = self._item_of(event)

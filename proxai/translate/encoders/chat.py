@@ -8,6 +8,9 @@ and name in its first chunk and only argument text after. The finish reason
 comes in a chunk of its own, then usage in a ``choices: []`` chunk when the
 client asked for it, then ``data: [DONE]``. A failure is an error chunk and
 ``[DONE]``, as proxai's Chat observer ends a broken stream.
+
+A stream keeps none of its text: each delta goes straight out. Only a whole body
+(a client that asked for no stream) keeps it, for :meth:`ChatEncoder.body`.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 import attrs
 import orjson
 
+from ...protocols.aggregate import Aggregate
 from ...protocols.chat.observer import synthesized_error
 from ..ir import (
     Failed,
@@ -55,13 +59,19 @@ _DELTA_FIELDS = {
 @attrs.define
 class _Item:
     kind: ItemKind
-    parts: list[str] = attrs.field(factory=list)
+    #: Its text, kept only for a whole body (a stream's deltas go straight out).
+    spelled: Aggregate | None = None
+    has_text: bool = False
     index: int = 0  # TOOL_CALL: the call's ``index`` in ``delta.tool_calls``
     call_id: str = ""
     name: str = ""
     # Its ``delta`` object around the text, written once (deltas are most of a stream).
     delta_head: bytes = b""
     delta_tail: bytes = b""
+
+
+def _text(item: _Item) -> str:
+    return item.spelled.value() if item.spelled is not None else ""
 
 
 class ChatEncoder(EncoderBase):
@@ -104,7 +114,7 @@ class ChatEncoder(EncoderBase):
                 {
                     "id": call.call_id,
                     "type": "function",
-                    "function": {"name": call.name, "arguments": "".join(call.parts) or "{}"},
+                    "function": {"name": call.name, "arguments": _text(call) or "{}"},
                 }
                 for call in self._calls
             ]
@@ -126,9 +136,8 @@ class ChatEncoder(EncoderBase):
         return orjson.dumps(completion)
 
     def _joined(self, kind: ItemKind) -> str | None:
-        parts = [p for item in self._items.values() if item.kind is kind for p in item.parts]
-        has_kind = any(item.kind is kind for item in self._items.values())
-        return "".join(parts) if has_kind else None
+        items = [item for item in self._items.values() if item.kind is kind]
+        return "".join(_text(item) for item in items) if items else None
 
     def _opened(self, event: Started) -> bytes:
         self._created = event.created or int(time.time())
@@ -146,7 +155,7 @@ class ChatEncoder(EncoderBase):
     def _item_started(self, event: ItemStarted) -> bytes:
         if event.key in self._items:
             return b""
-        item = _Item(kind=event.kind)
+        item = _Item(kind=event.kind, spelled=None if self._ctx.stream else Aggregate())
         self._items[event.key] = item
         if event.kind is not ItemKind.TOOL_CALL:
             item.delta_head = b'{"%s":' % _DELTA_FIELDS[event.kind].encode()
@@ -166,15 +175,20 @@ class ChatEncoder(EncoderBase):
         item = self._items.get(event.key)
         if item is None or not event.text:
             return b""
-        item.parts.append(event.text)
+        self._keep(item, event.text)
         return self._delta(item, event.text)
 
     def _item_done(self, event: ItemDone) -> bytes:
         item = self._items.get(event.key)
-        if item is None or item.kind is not ItemKind.TOOL_CALL or item.parts:
+        if item is None or item.kind is not ItemKind.TOOL_CALL or item.has_text:
             return b""
-        item.parts.append("{}")  # a call without arguments still takes an object
+        self._keep(item, "{}")  # a call without arguments still takes an object
         return self._delta(item, "{}")
+
+    def _keep(self, item: _Item, text: str) -> None:
+        item.has_text = True
+        if item.spelled is not None:
+            item.spelled.append(text)
 
     def _delta(self, item: _Item, text: str) -> bytes:
         if self._quiet:

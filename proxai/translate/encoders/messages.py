@@ -9,6 +9,9 @@ closed by a ``signature_delta`` (Claude Code drops a thinking block without
 one), text a ``text`` block, a tool call a ``tool_use`` block with
 ``input_json_delta`` s. ``message_delta`` (stop reason, usage) and
 ``message_stop`` end it; a failure is one ``event: error``.
+
+A stream keeps a block's text only while the block waits; an open block's deltas go
+straight out. A whole body (a client that asked for no stream) keeps all of it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 import attrs
 import orjson
 
+from ...protocols.aggregate import Aggregate
 from ...protocols.messages.observer import synthesized_error
 from ..ir import (
     THINKING_SIGNATURE,
@@ -74,7 +78,8 @@ class _Block:
     kind: ItemKind
     call_id: str = ""
     name: str = ""
-    parts: list[str] = attrs.field(factory=list)
+    #: Its text, while it waits for its turn (and all of it for a whole body).
+    spelled: Aggregate = attrs.field(factory=Aggregate)
     index: int | None = None  # set when the block opens
     done: bool = False
     signature: str | None = None
@@ -82,7 +87,7 @@ class _Block:
     delta_head: bytes = b""
 
     def text(self) -> str:
-        return "".join(self.parts)
+        return self.spelled.value()
 
     def start_json(self) -> dict[str, Any]:
         """The ``content_block`` of its ``content_block_start``."""
@@ -233,9 +238,11 @@ class MessagesEncoder(EncoderBase):
         block = self._blocks.get(event.key)
         if block is None or block.done or not event.text:
             return b""
-        block.parts.append(event.text)
         if block is not self._open:
+            block.spelled.append(event.text)
             return b""  # kept until its turn comes
+        if not self._ctx.stream:
+            block.spelled.append(event.text)  # a whole body needs it at the end
         return self._delta(block, event.text)
 
     def _item_done(self, event: ItemDone) -> bytes:
@@ -262,6 +269,8 @@ class MessagesEncoder(EncoderBase):
         payload = {"type": "content_block_start", "index": block.index}
         out = sse_event("content_block_start", payload | {"content_block": block.start_json()})
         text = block.text()
+        if self._ctx.stream:
+            block.spelled = Aggregate()  # replayed: a stream needs no more of it
         return out + (self._delta(block, text) if text else b"")
 
     def _stop_open(self) -> bytes:

@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 import orjson
 
+from ...protocols.aggregate import Aggregate
 from ...protocols.responses.observer import synthesized_error
 from ..ir import (
     Failed,
@@ -66,7 +67,8 @@ class _Item:
     call_id: str = ""
     name: str = ""
     custom: bool = False  # a Responses ``custom`` tool: its call carries ``input``
-    parts: list[str] = attrs.field(factory=list)
+    #: Its whole text: ``response.completed`` carries it (joined as it grows).
+    spelled: Aggregate = attrs.field(factory=Aggregate)
     done: bool = False
     # Its delta frame, written around the sequence number and the text (deltas are most
     # of a stream, and this is several times faster than a dict through orjson).
@@ -75,7 +77,7 @@ class _Item:
     delta_tail: bytes = b""
 
     def text(self) -> str:
-        return "".join(self.parts)
+        return self.spelled.value()
 
     def frame_deltas(self) -> None:
         kind = _DELTA_EVENTS[self.kind].encode()
@@ -235,7 +237,7 @@ class ResponsesEncoder(EncoderBase):
         item = self._items.get(event.key)
         if item is None or item.done or not event.text:
             return b""
-        item.parts.append(event.text)
+        item.spelled.append(event.text)
         if item.custom or self._quiet:
             return b""  # the input is unwrapped from the whole arguments at the end
         sequence = self._sequence
@@ -261,14 +263,14 @@ class ResponsesEncoder(EncoderBase):
         out = b""
         if item.kind is ItemKind.TOOL_CALL and item.custom:
             value = unwrap_custom_input(text) if text else ""
-            item.parts = [value]
+            item.spelled = Aggregate(value)
             if value:
                 payload = where | {"delta": value}
                 out += self._emit("response.custom_tool_call_input.delta", payload)
             out += self._emit("response.custom_tool_call_input.done", where | {"input": value})
         elif item.kind is ItemKind.TOOL_CALL:
             if not text:  # a call without arguments still takes an object
-                item.parts = ["{}"]
+                item.spelled = Aggregate("{}")
                 out += self._emit("response.function_call_arguments.delta", where | {"delta": "{}"})
             done = where | {"name": item.name, "arguments": item.text()}
             out += self._emit("response.function_call_arguments.done", done)

@@ -14,8 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from ...errors import ProxyError
 from ...protocols.names import WireApi
+from ...wire.json_body import too_deep
 from ..ir import TranslationContext
 from ..options import TranslationOptions
 from .chat_to_messages import chat_to_messages
@@ -78,4 +81,14 @@ def translate_request(
         stream=bool(body.get("stream")),
         model=model if isinstance(model, str) else None,
     )
-    return translator(body, options, ctx), ctx
+    try:
+        translated = translator(body, options, ctx)
+        if ctx.echo:
+            # The response objects echo these fields a level down: they must be writable.
+            orjson.dumps([ctx.echo])
+    except orjson.JSONEncodeError:
+        # A part re-encoded on the way (a tool call's input as its arguments, the echoed
+        # fields) nests deeper than orjson writes: the client's doing, in its terms.
+        raise too_deep(body) from None
+    ctx.translated()
+    return translated, ctx

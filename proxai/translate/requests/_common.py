@@ -46,8 +46,7 @@ def refuse(message: str, param: str) -> NoReturn:
 
 def drop(ctx: TranslationContext, path: str) -> None:
     """Note that ``path`` of the request was not forwarded (once per path)."""
-    if path not in ctx.dropped:
-        ctx.dropped.append(path)
+    ctx.note_dropped(path)
 
 
 def drop_unhandled(

@@ -7,22 +7,41 @@ from typing import Any
 
 from ._common import SECTIONS_JOINER
 
-__all__ = ["add_system", "stream_with_usage"]
+__all__ = ["SystemPrompts", "stream_with_usage"]
 
 JSON = Any
 
 
-def add_system(messages: list[dict[str, JSON]], text: str) -> None:
-    """A system prompt joins the leading system message while nothing else came yet (many
-    Chat servers read only one system message, first); later, it is a message of its own.
-    An empty one adds nothing."""
-    if not text:
-        return
-    if messages and all(m["role"] == "system" for m in messages):
-        lead = messages[-1]
-        lead["content"] = f"{lead['content']}{SECTIONS_JOINER}{text}"
-    else:
-        messages.append({"role": "system", "content": text})
+class SystemPrompts:
+    """Where the system prompts of a Chat request being written go.
+
+    A prompt joins the leading system message while nothing else came yet (many Chat
+    servers read only one system message, first); later, it is a message of its own. An
+    empty one adds nothing. The leading message's prompts are joined once, by
+    :meth:`finish`, so a request of many costs time linear in their length.
+    """
+
+    def __init__(self, messages: list[dict[str, JSON]]) -> None:
+        self._messages = messages
+        self._lead: list[str] | None = None  # the leading message's prompts, while it leads
+
+    def add(self, text: str) -> None:
+        if not text:
+            return
+        messages = self._messages
+        if not messages:
+            self._lead = [text]
+            messages.append({"role": "system", "content": text})
+        elif self._lead is not None and len(messages) == 1:
+            self._lead.append(text)
+        else:
+            messages.append({"role": "system", "content": text})
+
+    def finish(self) -> None:
+        """The messages are complete: the leading system message gets its whole text."""
+        if self._lead is not None and len(self._lead) > 1:
+            self._messages[0]["content"] = SECTIONS_JOINER.join(self._lead)
+        self._lead = None
 
 
 def stream_with_usage(body: dict[str, JSON], out: dict[str, JSON]) -> None:

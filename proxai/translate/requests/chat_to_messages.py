@@ -33,6 +33,7 @@ from typing import Any
 import orjson
 
 from ...protocols.names import WireApi
+from ...wire.json_body import MAX_WRITTEN_DEPTH, json_depth
 from ..ir import CUSTOM_TOOL_PARAMETER, TranslationContext, escape_tool_id
 from ..options import TranslationOptions
 from ._common import (
@@ -67,6 +68,11 @@ EFFORT_BUDGETS = {
 }
 #: The smallest thinking budget Anthropic accepts.
 MIN_THINKING_BUDGET = 1024
+
+#: How deep a tool call's arguments may nest once they are a ``tool_use.input`` (the body,
+#: ``messages``, a message, its ``content`` and the block take five of the levels orjson
+#: writes).
+_MAX_INPUT_DEPTH = MAX_WRITTEN_DEPTH - 5
 
 _DATA_URL = re.compile(r"data:(?P<media>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)", re.DOTALL)
 
@@ -198,6 +204,12 @@ def _tool_use(call: dict[str, JSON], path: str) -> dict[str, JSON]:
             refuse(
                 f"{path}.function.arguments must be a JSON object to become Anthropic's "
                 "`tool_use.input`",
+                f"{path}.function.arguments",
+            )
+        if json_depth(value) > _MAX_INPUT_DEPTH:
+            refuse(
+                f"{path}.function.arguments nests {json_depth(value)} levels deep: as "
+                f"Anthropic's `tool_use.input` it may nest at most {_MAX_INPUT_DEPTH}",
                 f"{path}.function.arguments",
             )
     return {"type": "tool_use", "id": escape_tool_id(call_id), "name": name, "input": value}

@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from ...wire.json_body import too_deep
+
 __all__ = [
     "CHARS_PER_TOKEN",
     "IMAGE_TOKENS",
@@ -39,15 +41,19 @@ class _Tally:
         self.tokens = 0
 
     def add(self, value: Any) -> None:
-        if isinstance(value, str):
-            self.chars += len(value)
-        elif isinstance(value, list):
-            for item in value:
-                self.add(item)
-        elif isinstance(value, dict):
-            self._block(value)
+        """Count ``value``'s text, walked without recursion (a client's JSON can nest a
+        thousand levels, past Python's stack)."""
+        pending = [value]
+        while pending:
+            value = pending.pop()
+            if isinstance(value, str):
+                self.chars += len(value)
+            elif isinstance(value, list):
+                pending += value
+            elif isinstance(value, dict):
+                self._block(value, pending)
 
-    def _block(self, block: dict[str, Any]) -> None:
+    def _block(self, block: dict[str, Any], pending: list[Any]) -> None:
         source = block.get("source")
         binary = isinstance(source, dict) and source.get("type") in ("base64", "url", "file")
         if block.get("type") in ("image", "document") and binary:
@@ -57,11 +63,20 @@ class _Tally:
             if key == "input" and isinstance(value, dict):  # tool_use input: its JSON
                 self.chars += len(orjson.dumps(value).decode())
             elif key not in _NOT_TEXT:
-                self.add(value)
+                pending.append(value)
 
 
 def estimate_input_tokens(body: dict[str, Any]) -> int:
-    """An estimate of a Messages request's input tokens (see the module docstring)."""
+    """An estimate of a Messages request's input tokens (see the module docstring); 400
+    for a body nested deeper than orjson writes (its tool inputs and tools are counted
+    as JSON)."""
+    try:
+        return _estimate(body)
+    except orjson.JSONEncodeError:
+        raise too_deep(body) from None
+
+
+def _estimate(body: dict[str, Any]) -> int:
     tally = _Tally()
     tally.add(body.get("system"))
     messages = body.get("messages")

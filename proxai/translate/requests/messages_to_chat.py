@@ -37,7 +37,7 @@ from ._common import (
     shorten_tool_name,
     text_of,
 )
-from ._to_chat import add_system, stream_with_usage
+from ._to_chat import SystemPrompts, stream_with_usage
 
 __all__ = ["effort_of_budget", "messages_to_chat"]
 
@@ -86,10 +86,10 @@ def messages_to_chat(
         out["model"] = body["model"]
     tools = _tools(body.get("tools"), options, ctx)
     history = _History(ctx)
-    add_system(history.messages, _system_text(body.get("system"), "system"))
+    history.system.add(_system_text(body.get("system"), "system"))
     for path, message in each_object(body.get("messages"), "messages"):
         history.add(message, path)
-    out["messages"] = history.messages
+    out["messages"] = history.finish()
     if tools:
         out["tools"] = tools
         _tool_choice(body.get("tool_choice"), out, ctx)
@@ -121,12 +121,17 @@ class _History:
     def __init__(self, ctx: TranslationContext) -> None:
         self.ctx = ctx
         self.messages: list[dict[str, JSON]] = []
+        self.system = SystemPrompts(self.messages)
+
+    def finish(self) -> list[dict[str, JSON]]:
+        self.system.finish()
+        return self.messages
 
     def add(self, message: dict[str, JSON], path: str) -> None:
         role = message.get("role")
         content = message.get("content")
         if role == "system":
-            add_system(self.messages, _system_text(content, f"{path}.content"))
+            self.system.add(_system_text(content, f"{path}.content"))
         elif role == "user":
             self._user(content, f"{path}.content")
         elif role == "assistant":

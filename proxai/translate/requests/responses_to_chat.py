@@ -35,7 +35,7 @@ from ._common import (
     refuse,
     text_of,
 )
-from ._to_chat import add_system, stream_with_usage
+from ._to_chat import SystemPrompts, stream_with_usage
 
 __all__ = ["REASONING_INCLUDE", "responses_echo", "responses_to_chat"]
 
@@ -192,7 +192,12 @@ class _History:
     def __init__(self, ctx: TranslationContext) -> None:
         self.ctx = ctx
         self.messages: list[dict[str, JSON]] = []
+        self._system = SystemPrompts(self.messages)
         self._assistant: dict[str, JSON] | None = None  # open: later calls and text join it
+        # The open assistant message's texts and reasoning, joined when it closes (joining
+        # them one by one would copy what came before each time).
+        self._assistant_texts: list[str] = []
+        self._assistant_reasoning: list[str] = []
         self._reasoning: list[str] = []  # restored, waiting for its assistant message
         self._tool_images: list[dict[str, JSON]] = []  # waiting for the tool run to end
 
@@ -202,7 +207,7 @@ class _History:
         if not text:
             return
         self._close()
-        add_system(self.messages, text)
+        self._system.add(text)
 
     def user(self, content: str | list[dict[str, JSON]]) -> None:
         self._close()
@@ -214,18 +219,31 @@ class _History:
             self._assistant = {"role": "assistant", "content": None}
             self.messages.append(self._assistant)
         if self._reasoning:
-            previous = self._assistant.get("reasoning_content") or ""
-            self._assistant["reasoning_content"] = previous + "".join(self._reasoning)
+            self._assistant.setdefault("reasoning_content", "")  # its place among the keys
+            self._assistant_reasoning += self._reasoning
             self._reasoning = []
         return self._assistant
 
     def _close(self) -> None:
         """A turn ended: reasoning that found no assistant message is dropped."""
         self._end_tools()
-        self._assistant = None
+        self._close_assistant()
         if self._reasoning:
             drop(self.ctx, "input.reasoning")
             self._reasoning = []
+
+    def _close_assistant(self) -> None:
+        """The open assistant message is complete: its texts and reasoning joined, once."""
+        message = self._assistant
+        if message is None:
+            return
+        if self._assistant_texts:
+            message["content"] = PARTS_JOINER.join(self._assistant_texts)
+            self._assistant_texts = []
+        if self._assistant_reasoning:
+            message["reasoning_content"] = "".join(self._assistant_reasoning)
+            self._assistant_reasoning = []
+        self._assistant = None
 
     def _end_tools(self) -> None:
         if self._tool_images:
@@ -234,6 +252,7 @@ class _History:
 
     def finish(self) -> list[dict[str, JSON]]:
         self._close()
+        self._system.finish()
         return self.messages
 
     # -- items --
@@ -286,9 +305,7 @@ class _History:
             self._close()  # text after calls: a new message, as Chat cannot order them
         message = self._open_assistant()
         if texts:
-            joined = PARTS_JOINER.join(texts)
-            previous = message["content"]
-            message["content"] = joined if previous is None else previous + PARTS_JOINER + joined
+            self._assistant_texts.append(PARTS_JOINER.join(texts))
         if refusals:
             message["refusal"] = PARTS_JOINER.join(refusals)
 
