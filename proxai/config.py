@@ -21,7 +21,7 @@ import attrs
 
 from .converters import InvalidValue, error_paths, strict_converter
 from .policy.browser import normalize_allowed_host, normalize_origin
-from .policy.model_patterns import compile_pattern, is_exact
+from .policy.model_patterns import compile_pattern
 from .translate.options import MaxTokensField, TranslationOptions
 
 __all__ = [
@@ -37,7 +37,6 @@ __all__ = [
     "UpstreamConfig",
     "UpstreamTimeouts",
     "load_config",
-    "route_warnings",
 ]
 
 DEFAULT_UPSTREAM = "https://api.openai.com/v1"
@@ -492,42 +491,6 @@ def _check_routes(config: Config) -> list[str]:
                     f"{where}.upstreams: no upstream named {name!r} (declared: {declared})"
                 )
     return problems
-
-
-def route_warnings(config: Config) -> list[str]:
-    """Routes that can never match because an earlier one takes all their models.
-
-    Exact names and identical patterns are checked; what a glob or regex takes from
-    another one is not decidable in general, so it is not reported.
-    """
-    warnings: list[str] = []
-    for i, route in enumerate(config.routes):
-        for j, earlier in enumerate(config.routes[:i]):
-            # A route is tried first for the APIs its upstreams speak natively, so only
-            # an earlier route of the same first protocol can take all its requests.
-            if _protocol_of(config, earlier) != _protocol_of(config, route):
-                continue
-            shadowed = earlier.model == route.model or earlier.model == "*"
-            if not shadowed and is_exact(route.model):
-                try:
-                    shadowed = compile_pattern(earlier.model)(route.model)
-                except ValueError:
-                    continue
-            if shadowed:
-                warnings.append(
-                    f"routes[{i}] (model = {route.model!r}) never matches: routes[{j}] "
-                    f"(model = {earlier.model!r}) comes first and takes all its models"
-                )
-                break
-    return warnings
-
-
-def _protocol_of(config: Config, route: RouteConfig) -> Protocol | None:
-    for name in route.upstreams:
-        upstream = config.upstream_named(name)
-        if upstream is not None:
-            return upstream.protocol
-    return None
 
 
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
