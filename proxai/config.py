@@ -74,9 +74,9 @@ def _optional_positive_int(
         _positive_int(inst, attribute, value)
 
 
-def _percent(inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
-    if not 0 <= value <= 100:
-        raise InvalidValue(attribute, f"must be a percentage from 0 to 100, got {value!r}")
+def _budget_percent(inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not 0 <= value <= 1000:
+        raise InvalidValue(attribute, f"must be a percentage from 0 to 1000, got {value!r}")
 
 
 def _port(inst: object, attribute: attrs.Attribute[Any], value: int) -> None:
@@ -218,10 +218,12 @@ class RetriesConfig:
     backoff_initial: float = attrs.field(default=0.25, validator=_positive)
     backoff_max: float = attrs.field(default=4.0, validator=_positive)
     retry_after_max: float = attrs.field(default=10.0, validator=_positive)
-    #: Retries in progress at once: at most this share of the requests in flight...
-    budget_percent: float = attrs.field(default=20.0, validator=_percent)
-    #: ...but always this many.
+    #: Retries over the last ``budget_window``: at most this share of its requests...
+    budget_percent: float = attrs.field(default=20.0, validator=_budget_percent)
+    #: ...plus this many per window, whatever the traffic.
     budget_min: int = attrs.field(default=3, validator=_non_negative_int)
+    #: The seconds over which retries are counted against requests.
+    budget_window: float = attrs.field(default=10.0, validator=_positive)
 
 
 @attrs.frozen
