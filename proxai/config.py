@@ -85,7 +85,19 @@ def _port(inst: object, attribute: attrs.Attribute[Any], value: int) -> None:
 
 
 def _http_url(inst: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
-    if value is not None and not value.startswith(("http://", "https://")):
+    """An http(s) URL without credentials: proxai sends ``api_key`` or ``headers``, never
+    a URL's ``user:password@``, and it logs its upstreams' URLs at start-up."""
+    if value is None:
+        return
+    scheme, _, rest = value.partition("://")
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    if "@" in authority:  # never quoted: the part before the @ is a secret
+        raise InvalidValue(
+            attribute,
+            "must not hold credentials (user:password@): proxai would not send them; "
+            "set api_key, api_key_env or headers (e.g. Authorization) instead",
+        )
+    if scheme not in ("http", "https") or not rest:
         raise InvalidValue(attribute, f"must be an http:// or https:// URL, got {value!r}")
 
 
