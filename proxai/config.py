@@ -295,6 +295,8 @@ class LiveViewConfig:
     enabled: bool = False
     #: Client networks allowed besides loopback, e.g. ["10.0.0.0/8"].
     allow: list[str] = attrs.field(factory=list)
+    #: ``/_proxai/events`` streams open at once, per process; past it: 503.
+    max_viewers: int = attrs.field(default=4, validator=_positive_int)
 
 
 @attrs.frozen

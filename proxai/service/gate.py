@@ -23,7 +23,7 @@ from ..errors import ProxyError, shutdown_error
 from ..outcome import OutcomeKind
 from ..policy.retry import RetryBudget
 
-__all__ = ["STOP_GRACE", "Gate", "Stoppable", "shutdown_budget"]
+__all__ = ["STOP_GRACE", "Gate", "Stoppable", "overloaded", "shutdown_budget"]
 
 log = logging.getLogger("proxai")
 
@@ -126,12 +126,20 @@ class Gate:
 
 
 def _overloaded(limit: int) -> ProxyError:
-    return ProxyError(
-        503,
+    return overloaded(
         f"proxai is at its limit of {limit} concurrent requests "
         "(server.max_concurrent_streams); retry shortly",
-        "server_error",
         code="proxy_overloaded",
+    )
+
+
+def overloaded(message: str, *, code: str) -> ProxyError:
+    """The 503 of a limit proxai is at: retry in a second (nothing was queued)."""
+    return ProxyError(
+        503,
+        message,
+        "server_error",
+        code=code,
         headers=((b"retry-after", b"1"),),
         kind=OutcomeKind.OVERLOADED,
     )
