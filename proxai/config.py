@@ -276,6 +276,10 @@ class LoggingConfig:
 class MetricsConfig:
     enabled: bool = True
     path: str = "/metrics"
+    #: Models that always have their own label, besides those routes name exactly.
+    models: list[str] = attrs.field(factory=list)
+    #: Other models given a label once served, per process; the rest count as "other".
+    max_models: int = attrs.field(default=100, validator=_non_negative_int)
 
 
 @attrs.frozen

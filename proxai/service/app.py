@@ -167,7 +167,10 @@ class ProxaiApp:
         )
         mask = SecretMask.from_config(config)
         self._request_log = RequestLog(config.logging, mask)
-        self._metrics = Metrics(self._router.exact_models) if config.metrics.enabled else None
+        metrics = config.metrics
+        self._metrics = (
+            Metrics.from_config(metrics, self._router.exact_models) if metrics.enabled else None
+        )
         self._captures = Captures(config.capture, mask) if config.capture.enabled else None
         self._live_view = LiveView(
             config.live_view,
