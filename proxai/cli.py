@@ -10,7 +10,7 @@ from functools import partial
 
 import trio
 
-from .config import ConfigError, load_config, route_warnings
+from .config import ConfigError, load_config
 from .ops.request_log import configure as configure_logging
 
 __all__ = ["main"]
@@ -58,6 +58,7 @@ def _demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 def _serve(args: argparse.Namespace) -> int:
     from .policy.auth import ClientKeys
+    from .policy.routes import route_warnings
     from .service.server import ignore_late_signals, serve
 
     try:

@@ -21,7 +21,7 @@ import attrs
 
 from .converters import InvalidValue, error_paths, strict_converter
 from .policy.browser import normalize_allowed_host, normalize_origin
-from .policy.model_patterns import compile_pattern, is_exact
+from .policy.model_patterns import compile_pattern
 from .translate.options import MaxTokensField, TranslationOptions
 
 __all__ = [
@@ -37,7 +37,6 @@ __all__ = [
     "UpstreamConfig",
     "UpstreamTimeouts",
     "load_config",
-    "route_warnings",
 ]
 
 DEFAULT_UPSTREAM = "https://api.openai.com/v1"
@@ -75,9 +74,9 @@ def _optional_positive_int(
         _positive_int(inst, attribute, value)
 
 
-def _percent(inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
-    if not 0 <= value <= 100:
-        raise InvalidValue(attribute, f"must be a percentage from 0 to 100, got {value!r}")
+def _budget_percent(inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not 0 <= value <= 1000:
+        raise InvalidValue(attribute, f"must be a percentage from 0 to 1000, got {value!r}")
 
 
 def _port(inst: object, attribute: attrs.Attribute[Any], value: int) -> None:
@@ -86,7 +85,19 @@ def _port(inst: object, attribute: attrs.Attribute[Any], value: int) -> None:
 
 
 def _http_url(inst: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
-    if value is not None and not value.startswith(("http://", "https://")):
+    """An http(s) URL without credentials: proxai sends ``api_key`` or ``headers``, never
+    a URL's ``user:password@``, and it logs its upstreams' URLs at start-up."""
+    if value is None:
+        return
+    scheme, _, rest = value.partition("://")
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    if "@" in authority:  # never quoted: the part before the @ is a secret
+        raise InvalidValue(
+            attribute,
+            "must not hold credentials (user:password@): proxai would not send them; "
+            "set api_key, api_key_env or headers (e.g. Authorization) instead",
+        )
+    if scheme not in ("http", "https") or not rest:
         raise InvalidValue(attribute, f"must be an http:// or https:// URL, got {value!r}")
 
 
@@ -219,10 +230,12 @@ class RetriesConfig:
     backoff_initial: float = attrs.field(default=0.25, validator=_positive)
     backoff_max: float = attrs.field(default=4.0, validator=_positive)
     retry_after_max: float = attrs.field(default=10.0, validator=_positive)
-    #: Retries in progress at once: at most this share of the requests in flight...
-    budget_percent: float = attrs.field(default=20.0, validator=_percent)
-    #: ...but always this many.
+    #: Retries over the last ``budget_window``: at most this share of its requests...
+    budget_percent: float = attrs.field(default=20.0, validator=_budget_percent)
+    #: ...plus this many per window, whatever the traffic.
     budget_min: int = attrs.field(default=3, validator=_non_negative_int)
+    #: The seconds over which retries are counted against requests.
+    budget_window: float = attrs.field(default=10.0, validator=_positive)
 
 
 @attrs.frozen
@@ -263,6 +276,10 @@ class LoggingConfig:
 class MetricsConfig:
     enabled: bool = True
     path: str = "/metrics"
+    #: Models that always have their own label, besides those routes name exactly.
+    models: list[str] = attrs.field(factory=list)
+    #: Other models given a label once served, per process; the rest count as "other".
+    max_models: int = attrs.field(default=100, validator=_non_negative_int)
 
 
 @attrs.frozen
@@ -282,6 +299,8 @@ class LiveViewConfig:
     enabled: bool = False
     #: Client networks allowed besides loopback, e.g. ["10.0.0.0/8"].
     allow: list[str] = attrs.field(factory=list)
+    #: ``/_proxai/events`` streams open at once, per process; past it: 503.
+    max_viewers: int = attrs.field(default=4, validator=_positive_int)
 
 
 @attrs.frozen
@@ -492,42 +511,6 @@ def _check_routes(config: Config) -> list[str]:
                     f"{where}.upstreams: no upstream named {name!r} (declared: {declared})"
                 )
     return problems
-
-
-def route_warnings(config: Config) -> list[str]:
-    """Routes that can never match because an earlier one takes all their models.
-
-    Exact names and identical patterns are checked; what a glob or regex takes from
-    another one is not decidable in general, so it is not reported.
-    """
-    warnings: list[str] = []
-    for i, route in enumerate(config.routes):
-        for j, earlier in enumerate(config.routes[:i]):
-            # A route is tried first for the APIs its upstreams speak natively, so only
-            # an earlier route of the same first protocol can take all its requests.
-            if _protocol_of(config, earlier) != _protocol_of(config, route):
-                continue
-            shadowed = earlier.model == route.model or earlier.model == "*"
-            if not shadowed and is_exact(route.model):
-                try:
-                    shadowed = compile_pattern(earlier.model)(route.model)
-                except ValueError:
-                    continue
-            if shadowed:
-                warnings.append(
-                    f"routes[{i}] (model = {route.model!r}) never matches: routes[{j}] "
-                    f"(model = {earlier.model!r}) comes first and takes all its models"
-                )
-                break
-    return warnings
-
-
-def _protocol_of(config: Config, route: RouteConfig) -> Protocol | None:
-    for name in route.upstreams:
-        upstream = config.upstream_named(name)
-        if upstream is not None:
-            return upstream.protocol
-    return None
 
 
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")

@@ -6,13 +6,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trio.testing import MockClock
 
-from proxai.config import Config, ConfigError, Protocol, load_config, route_warnings
+from proxai.config import Config, ConfigError, Protocol, load_config
 from proxai.errors import ProxyError
 from proxai.policy.model_patterns import compile_pattern
-from proxai.policy.routes import Route, Router
+from proxai.policy.routes import Route, Router, route_warnings
 from proxai.protocols.names import WireApi
 from proxai.protocols.table import UPSTREAM_PROTOCOLS
+from proxai.testing import Script, chat_chunk
+from proxai.testing.memory_proxy import MemoryProxy
+from proxai.testing.seed import TURN1_REQUEST
 from proxai.translate.pairs import upstream_api
 
 
@@ -29,7 +33,7 @@ def route(router: Router, api: WireApi, model: str | None) -> Route:
 UPSTREAMS = {
     "openai": {"base_url": "https://api.openai.com/v1"},
     "azure": {"base_url": "https://azure.example/v1"},
-    "local": {"base_url": "http://127.0.0.1:11434/v1"},
+    "local": {"base_url": "http://127.0.0.1:11434/v1", "protocol": "openai_chat"},
     "claude": {"base_url": "https://api.anthropic.com/v1", "protocol": "anthropic_messages"},
 }
 ROUTES = [
@@ -68,17 +72,58 @@ def test_first_matching_route_wins(
     assert found.name is not None and found.name.startswith("routes[")
 
 
-def test_a_route_whose_upstreams_speak_the_api_comes_before_one_that_translates() -> None:
-    # "*" (an OpenAI upstream) comes first and could take a Messages request translated,
-    # but claude-* speaks Messages itself: routes written before translation keep their
-    # meaning.
+def test_the_first_matching_route_wins_whatever_the_protocol_of_its_upstreams() -> None:
+    # "*" (an OpenAI-compatible Chat server) comes first: it takes Claude Code's
+    # claude-opus-4 too, translated, though claude-* speaks Messages itself. The order
+    # of the routes is the operator's word on where a model's requests may go.
     routes = [
         {"model": "*", "upstreams": ["local"]},
         {"model": "claude-*", "upstreams": ["claude"]},
     ]
     router = Router(config(routes))
-    assert route(router, WireApi.MESSAGES, "claude-opus-4").upstreams == ("claude",)
+    assert route(router, WireApi.MESSAGES, "claude-opus-4").upstreams == ("local",)
     assert route(router, WireApi.CHAT, "claude-opus-4").upstreams == ("local",)
+
+
+def test_an_exact_route_to_a_chat_server_beats_a_later_catch_all_for_every_api() -> None:
+    # Codex (Responses) asking for the local model: translated for the local Chat server,
+    # never sent untranslated to the cloud upstream of the catch-all.
+    routes = [
+        {"model": "qwen3-coder", "upstreams": ["local"]},
+        {"model": "*", "upstreams": ["openai"]},
+    ]
+    router = Router(config(routes))
+    for api in (WireApi.RESPONSES, WireApi.CHAT, WireApi.MESSAGES):
+        found = route(router, api, "qwen3-coder")
+        assert (found.upstreams, found.name) == (("local",), "routes[0] model='qwen3-coder'")
+        assert route(router, api, "gpt-5").upstreams == ("openai",)
+
+
+def test_a_route_keeps_its_order_and_skips_only_upstreams_that_cannot_serve() -> None:
+    # Native upstreams are not moved ahead of the route's first: a local server listed
+    # first stays first for a Responses client, the cloud one is its fallback.
+    routes = [{"model": "qwen3-coder", "upstreams": ["local", "openai"]}]
+    router = Router(config(routes))
+    assert route(router, WireApi.RESPONSES, "qwen3-coder").upstreams == ("local", "openai")
+
+
+def test_a_matching_route_that_cannot_serve_the_request_is_a_404_not_the_next_route() -> None:
+    # The first matching route's upstreams cannot take it at all (only Messages
+    # requests reach an Anthropic upstream untranslated): the later catch-all must not.
+    routes = [
+        {"model": "claude-*", "upstreams": ["claude"]},
+        {"model": "*", "upstreams": ["local"]},
+    ]
+    router = Router(config(routes))
+    with pytest.raises(ProxyError) as info:
+        router.route_for(
+            "claude-x",
+            native=lambda kind: kind is not Protocol.ANTHROPIC_MESSAGES,
+            serves=lambda kind: kind is not Protocol.ANTHROPIC_MESSAGES,
+            missing="none",
+        )
+    assert (info.value.status, info.value.code, info.value.param) == (404, "no_upstream", "model")
+    assert "routes[0] model='claude-*'" in info.value.message
 
 
 def test_a_request_no_native_route_serves_is_translated_for_the_first_matching_one() -> None:
@@ -201,17 +246,42 @@ def test_shadowed_routes_are_warned_about() -> None:
                 {"model": "gpt-*", "upstreams": ["openai"]},
                 {"model": "gpt-5.4", "upstreams": ["azure"]},  # taken by gpt-*
                 {"model": "gpt-*", "upstreams": ["azure"]},  # the same pattern again
-                {"model": "claude-*", "upstreams": ["claude"]},  # another protocol: fine
+                {"model": "claude-*", "upstreams": ["claude"]},
                 {"model": "*", "upstreams": ["local"]},
                 {"model": "llama-*", "upstreams": ["local"]},  # after the catch-all
+                {"model": "claude-opus-4", "upstreams": ["local"]},  # another protocol
             ]
         )
     )
-    assert len(warnings) == 3
+    assert len(warnings) == 4
     assert warnings[0].startswith("routes[1] (model = 'gpt-5.4') never matches: routes[0]")
     assert warnings[1].startswith("routes[2] (model = 'gpt-*') never matches: routes[0]")
     assert warnings[2].startswith("routes[5] (model = 'llama-*') never matches: routes[4]")
+    # The first matching route wins whatever its protocol: claude-* took it (routes[3]).
+    assert warnings[3].startswith("routes[6] (model = 'claude-opus-4') never matches: routes[3]")
     assert route_warnings(config()) == []
+
+
+def test_a_later_route_that_would_serve_an_exact_model_natively_is_warned_about() -> None:
+    # Responses requests for qwen3-coder go to the local Chat server translated, never to
+    # the catch-all's OpenAI upstream, which speaks Responses: the operator is told once.
+    warnings = route_warnings(
+        config(
+            [
+                {"model": "qwen3-coder", "upstreams": ["local"]},
+                {"model": "gpt-5.4", "upstreams": ["azure"]},
+                {"model": "*", "upstreams": ["openai"]},
+            ]
+        )
+    )
+    assert warnings == [
+        "routes[2] (model = '*') also matches 'qwen3-coder', which routes[0] names: every "
+        "request for it goes to routes[0] (local), whatever its API, translated where "
+        "local does not speak it (Responses); routes[2] never gets it"
+    ]
+    # The same protocol on both sides: nothing is translated, nothing to say.
+    same = [{"model": "gpt-5.4", "upstreams": ["azure"]}, {"model": "*", "upstreams": ["openai"]}]
+    assert route_warnings(config(same)) == []
 
 
 def test_pattern_kinds() -> None:
@@ -222,3 +292,32 @@ def test_pattern_kinds() -> None:
     assert compile_pattern("re:mini$")("gpt-5.4-mini")
     assert not compile_pattern("re:mini$")("gpt-mini-5")
     assert compile_pattern("*")("")
+
+
+async def test_codex_asking_for_the_local_model_reaches_the_local_server_not_the_cloud(
+    autojump_clock: MockClock,
+) -> None:
+    # Issue 20 item 5: a Responses request for the model an exact route sends to a local
+    # Chat server went, untranslated and with the cloud key, to the catch-all's upstream.
+    upstreams = {
+        "local": {"base_url": "http://local.test/v1", "protocol": "openai_chat"},
+        "openai": {"base_url": "http://cloud.test/v1", "api_key": "sk-cloud"},
+    }
+    routes = [
+        {"model": "qwen3-coder", "upstreams": ["local"]},
+        {"model": "*", "upstreams": ["openai"]},
+    ]
+    chat = [chat_chunk({"role": "assistant", "content": "hi"}), chat_chunk({}, "stop")]
+    answer = Script.sse([*chat, b"data: [DONE]\n\n"])
+    async with MemoryProxy([answer], upstreams=upstreams, routes=routes) as proxy:
+        exchange = await proxy.request({**TURN1_REQUEST, "model": "qwen3-coder"})
+    assert exchange.status == 200
+    (sent,) = proxy.transport.requests
+    assert (sent.header("host"), sent.target) == ("local.test", "/v1/chat/completions")
+    assert sent.header("authorization") is None  # local has no key; the cloud's stays home
+    assert sent.json()["model"] == "qwen3-coder"
+    assert exchange.outcome is not None
+    assert (exchange.outcome.upstream, exchange.outcome.route) == (
+        "local",
+        "routes[0] model='qwen3-coder'",
+    )

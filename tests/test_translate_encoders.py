@@ -510,7 +510,7 @@ def test_messages_thinking_keeps_the_upstreams_signature() -> None:
     ("reason", "stop_reason"),
     [
         (FinishReason.STOP, "end_turn"),
-        (FinishReason.TOOL_CALLS, "tool_use"),
+        (FinishReason.TOOL_CALLS, "end_turn"),  # no tool_use block: nothing to run
         (FinishReason.LENGTH, "max_tokens"),
         (FinishReason.CONTENT_FILTER, "refusal"),
     ],

@@ -10,6 +10,10 @@ When ``[capture] enabled``, each request gets a folder ``<dir>/<UTC time>-<reque
 - ``client.bin``: the response body bytes proxai sent to the client;
 - ``outcome.json``: the request's outcome record.
 
+proxai's own upstream keys are masked in all of them (an upstream's error can quote
+them), and key-looking strings too in the outcome record's text
+(:class:`~proxai.ops.masking.SecretMask`).
+
 Each file stops at ``max_bytes`` (a ``truncated`` note says so in
 outcome.json). Bytes are buffered in memory (so bounded by ``max_bytes``) and
 written by a worker thread when the request ends; then only the newest
@@ -25,6 +29,7 @@ import shutil
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import trio
@@ -32,6 +37,7 @@ import trio
 from ..config import CaptureConfig
 from ..outcome import Outcome
 from ..wire.query import looks_like_credential, redact_query
+from .masking import SecretMask
 
 __all__ = ["REDACTED", "Capture", "Captures"]
 
@@ -95,7 +101,8 @@ class Capture:
 class Captures:
     """The capture folder: one :class:`Capture` per request, the newest ``keep`` kept."""
 
-    def __init__(self, config: CaptureConfig) -> None:
+    def __init__(self, config: CaptureConfig, mask: SecretMask | None = None) -> None:
+        self._mask = mask or SecretMask()
         self._dir = Path(config.dir)
         self._limit = config.max_bytes
         self._keep = config.keep
@@ -124,12 +131,12 @@ class Captures:
         }
         record = outcome.as_dict()
         record["truncated"] = sorted(n for n, c in files.items() if c.truncated)
+        mask = self._mask
         try:
             for name, content in files.items():
-                _write_private(folder / name, content.bytes())
-            _write_private(
-                folder / "outcome.json", orjson.dumps(record, option=orjson.OPT_INDENT_2)
-            )
+                _write_private(folder / name, mask.mask_bytes(content.bytes()))
+            text = orjson.dumps(_masked(record, mask), option=orjson.OPT_INDENT_2)
+            _write_private(folder / "outcome.json", mask.mask_bytes(text))
         except FileNotFoundError:
             return  # another worker pruned it already: it was not among the newest
         self._prune()
@@ -141,6 +148,24 @@ class Captures:
         folders = sorted(p.name for p in self._dir.iterdir() if FOLDER.fullmatch(p.name))
         for old in folders[: max(0, len(folders) - self._keep)]:
             shutil.rmtree(self._dir / old, ignore_errors=True)
+
+
+def _masked(record: dict[str, Any], mask: SecretMask) -> dict[str, Any]:
+    """The outcome record with its upstream text masked: the detail, each attempt's
+    detail and the anomalies the observers noted (they quote upstream bytes)."""
+    masked = dict(record)
+    if isinstance(masked.get("detail"), str):
+        masked["detail"] = mask(masked["detail"])
+    attempts = masked.get("attempts")
+    if isinstance(attempts, list):
+        masked["attempts"] = [
+            {**a, "detail": mask(a["detail"])} if isinstance(a.get("detail"), str) else a
+            for a in attempts
+        ]
+    anomalies = masked.get("anomalies")
+    if isinstance(anomalies, list):
+        masked["anomalies"] = [mask(a) if isinstance(a, str) else a for a in anomalies]
+    return masked
 
 
 def _write_private(path: Path, data: bytes) -> None:

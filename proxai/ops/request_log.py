@@ -6,7 +6,9 @@ prompts, argument text, headers or keys (the anomalies the observers note can
 quote upstream bytes, so only their number is logged). Every field is bounded,
 so a line stays a few kilobytes whatever the request or the stream: the lists
 as the record keeps them (:data:`~proxai.outcome.MAX_LISTED` entries), free
-text cut at :data:`MAX_LOG_TEXT` characters.
+text cut at :data:`MAX_LOG_TEXT` characters. The one field of upstream text,
+``detail`` (an upstream's error message), goes through a
+:class:`~proxai.ops.masking.SecretMask` too.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import orjson
 
 from ..config import LogFormat, LoggingConfig
 from ..outcome import MAX_USAGE_DEPTH, WARNINGS, Outcome
+from .masking import SecretMask
 
 __all__ = [
     "MAX_LOG_TEXT",
@@ -152,8 +155,9 @@ def _human(fields: dict[str, Any]) -> str:
 class RequestLog:
     """Logs each outcome at info, or at warning when it is slow or went wrong."""
 
-    def __init__(self, config: LoggingConfig) -> None:
+    def __init__(self, config: LoggingConfig, mask: SecretMask | None = None) -> None:
         self._warn_s = config.warn_ms / 1000
+        self._mask = mask or SecretMask()
 
     def __call__(self, outcome: Outcome) -> None:
         slow = outcome.total_s is not None and outcome.total_s > self._warn_s
@@ -161,6 +165,8 @@ class RequestLog:
         if not log.isEnabledFor(level):
             return
         fields = log_fields(outcome)
+        if outcome.detail:  # masked whole, then cut: no secret is left half-masked at the cut
+            fields["detail"] = _short(self._mask(outcome.detail))
         if slow:
             fields["slow"] = True
         message = _human(fields)

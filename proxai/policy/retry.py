@@ -13,14 +13,16 @@ the client as it is, and the client's own retries are the only ones. Only a
 upstream after exponential backoff with jitter, or after its ``Retry-After``
 (capped by ``retry_after_max``).
 
-Whatever the plan says, :class:`RetryBudget` (Envoy's retry budget) caps the
-retries in progress across all requests, so that a storm of failures is not
-multiplied: the upstream sees little more than the clients' own traffic.
+Whatever the plan says, :class:`RetryBudget` (as Finagle's) keeps the retries
+of all requests to a share of the requests over a sliding window, so that a
+storm of failures is not multiplied: the upstreams see little more than the
+clients' own traffic.
 """
 
 from __future__ import annotations
 
 import email.utils
+import math
 import random
 from collections.abc import Iterable, Sequence
 
@@ -123,37 +125,73 @@ class RetryPlan:
 
 
 class RetryBudget:
-    """How many retries may be in progress at once, over all of a process's requests.
+    """How many retries the process may make: a share of its requests over a window.
 
-    As Envoy's retry budget: at most ``percent`` of the requests in flight, but
-    always ``minimum``, so that a lone failing request may still fail over. A
-    retry holds its place from the moment it is decided (its backoff included)
-    until its attempt has an answer or has failed.
+    As Finagle's ``RetryBudget``: each request's first attempt deposits, each retry
+    withdraws, both for ``window`` seconds. A retry may go only while the retries of
+    the window stay within ``percent`` of its requests, plus ``minimum`` per window
+    so that a quiet proxai still fails over. Retries deposit nothing, so a storm of
+    failures cannot feed itself: the upstreams see at most ``1 + percent/100`` times
+    the clients' attempts (plus ``minimum`` per window), however long it lasts.
+
+    The window slides in ``slices`` steps: counts are kept per slice of
+    ``window / slices`` seconds and a slice leaves as a whole, so the memory is
+    fixed whatever the traffic. Sans-io: the caller passes the time, a monotonic
+    clock's seconds.
     """
 
-    def __init__(self, percent: float, minimum: int) -> None:
+    slices = 10
+
+    def __init__(self, percent: float, minimum: int, window: float) -> None:
+        assert percent >= 0 and minimum >= 0 and window > 0
         self.percent = percent
         self.minimum = minimum
-        #: Retries in progress now.
-        self.active = 0
+        self.window = window
+        self._width = window / self.slices
+        #: Per slice, in a ring: first attempts and retries counted there.
+        self._requests = [0] * self.slices
+        self._retries = [0] * self.slices
+        self._in_window = [0, 0]  # the sums of both over the window
+        self._slice: int | None = None  # the newest slice counted
 
     @classmethod
     def from_config(cls, retries: RetriesConfig) -> RetryBudget:
-        return cls(retries.budget_percent, retries.budget_min)
+        return cls(retries.budget_percent, retries.budget_min, retries.budget_window)
 
-    def limit(self, in_flight: int) -> float:
-        """The most retries that may be in progress with ``in_flight`` requests."""
-        return max(float(self.minimum), in_flight * self.percent / 100)
+    def deposit(self, now: float) -> None:
+        """A request's first attempt is going upstream."""
+        slot = self._advance(now)
+        self._requests[slot] += 1
+        self._in_window[0] += 1
 
-    def start(self, in_flight: int) -> bool:
-        """Take a place for one retry if the budget has one; ``False``: over budget,
-        the failure stands."""
-        if self.active >= self.limit(in_flight):
+    def withdraw(self, now: float) -> bool:
+        """Count one retry if the window has room for it; ``False``: over budget, the
+        failure stands."""
+        if self.retries_left(now) < 1:
             return False
-        self.active += 1
+        slot = self._advance(now)
+        self._retries[slot] += 1
+        self._in_window[1] += 1
         return True
 
-    def end(self) -> None:
-        """A retry that :meth:`start` let through has its answer (or was abandoned)."""
-        assert self.active > 0
-        self.active -= 1
+    def retries_left(self, now: float) -> int:
+        """How many retries the window has room for now."""
+        self._advance(now)
+        requests, retries = self._in_window
+        # In hundredths, so that 20% of 5 requests is exactly 1.
+        allowed = math.floor((self.percent * requests + 100 * self.minimum) / 100 + 1e-9)
+        return max(0, allowed - retries)
+
+    def _advance(self, now: float) -> int:
+        """Move the window to ``now``; the ring slot of its slice."""
+        current = math.floor(now / self._width)
+        if self._slice is None or current > self._slice:
+            gone = self.slices if self._slice is None else min(current - self._slice, self.slices)
+            for step in range(gone):  # the slots of the new slices held the oldest ones
+                slot = (current - step) % self.slices
+                self._in_window[0] -= self._requests[slot]
+                self._in_window[1] -= self._retries[slot]
+                self._requests[slot] = self._retries[slot] = 0
+            self._slice = current
+        # A clock that steps back counts in the newest slice: nothing is forgotten early.
+        return self._slice % self.slices

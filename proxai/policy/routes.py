@@ -1,14 +1,15 @@
 """Which upstreams a request goes to: ``[[routes]]`` matched against its model.
 
-The first route whose pattern matches the request's model and that has an
-upstream speaking the request's API natively wins; if none has, the first
-matching route with an upstream it can be translated for. Of the route's
-upstreams, the request goes to those that can serve it (natively or
-translated), in the route's order. So routes written before translation keep
-their meaning, and a route may list upstreams of several protocols. Requests that carry no model
-(``GET /v1/models``, ``GET /v1/responses/{id}``) and every request when no
-route is configured go to the first upstream that speaks their API natively,
-else the first that can be translated to, in declaration order.
+The first route whose pattern matches the request's model wins, whatever the
+protocols of its upstreams: the order of the routes is the operator's word on
+where a model's requests may go (a local model's must not reach a cloud
+upstream because that one speaks the client's API). Of the route's upstreams,
+the request goes to those that can serve it (natively or translated), in the
+route's order; when none can, it is refused, never handed to a later route.
+Requests that carry no model (``GET /v1/models``, ``GET /v1/responses/{id}``)
+and every request when no route is configured go to the first upstream that
+speaks their API natively, else the first that can be translated to, in
+declaration order.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from collections.abc import Callable
 
 import attrs
 
-from ..config import Config, Protocol
+from ..config import Config, Protocol, RouteConfig
 from ..errors import ProxyError
+from ..protocols.names import WireApi
+from ..protocols.table import UPSTREAM_PROTOCOLS
 from .model_patterns import compile_pattern, is_exact
 
-__all__ = ["Route", "Router", "Serves"]
+__all__ = ["Route", "Router", "Serves", "route_warnings"]
 
 #: Whether an upstream of this protocol can take the request.
 Serves = Callable[[Protocol], bool]
@@ -82,12 +85,9 @@ class Router:
         message when no upstream can.
         """
         if model is not None and self._routes:
-            matching = [c.route for c in self._routes if c.matches(model)]
-            for accepts in (native, serves):
-                for route in matching:
-                    if any(accepts(self._protocols[n]) for n in route.upstreams):
-                        usable = tuple(n for n in route.upstreams if serves(self._protocols[n]))
-                        return attrs.evolve(route, upstreams=usable)
+            for compiled in self._routes:
+                if compiled.matches(model):
+                    return self._served_by(compiled.route, model, serves)
             raise ProxyError(
                 404,
                 f"The model `{model}` does not exist or you do not have access to it "
@@ -101,3 +101,91 @@ class Router:
                 if accepts(protocol):
                     return Route((name,))
         raise ProxyError(404, missing, "invalid_request_error", code="no_upstream")
+
+    def _served_by(self, route: Route, model: str, serves: Serves) -> Route:
+        """``route`` with only the upstreams that can take the request, in its order
+        (none: a 404, since a later route must not take what this one names)."""
+        usable = tuple(n for n in route.upstreams if serves(self._protocols[n]))
+        if not usable:
+            raise ProxyError(
+                404,
+                f"The model `{model}` goes to {route.name}, and none of its upstreams "
+                f"({', '.join(route.upstreams)}) can serve this request",
+                "invalid_request_error",
+                param="model",
+                code="no_upstream",
+            )
+        return attrs.evolve(route, upstreams=usable)
+
+
+_API_NAMES = {
+    WireApi.RESPONSES: "Responses",
+    WireApi.CHAT: "Chat Completions",
+    WireApi.MESSAGES: "Messages",
+}
+
+
+def route_warnings(config: Config) -> list[str]:
+    """What start-up tells the operator about the routes (logged as warnings).
+
+    A route that can never match, because an earlier one takes all its models (the
+    same pattern, an exact name an earlier pattern matches, anything after ``"*"``):
+    what a glob or regex takes from another one is not decidable in general, so only
+    those are reported. And a later route that matches a model an earlier exact route
+    names, with upstreams that speak an API the exact route's do not: requests of
+    that API for the model are translated for the exact route, never sent to the
+    later one (before the first match won whatever its protocol, they were).
+    """
+    warnings: list[str] = []
+    shadowed: set[int] = set()
+    for i, entry in enumerate(config.routes):
+        for j, earlier in enumerate(config.routes[:i]):
+            if _takes_all(earlier, entry):
+                shadowed.add(i)
+                warnings.append(
+                    f"routes[{i}] (model = {entry.model!r}) never matches: routes[{j}] "
+                    f"(model = {earlier.model!r}) comes first and takes all its models"
+                )
+                break
+    for i, exact in enumerate(config.routes):
+        if i in shadowed or not is_exact(exact.model):
+            continue
+        for j in range(i + 1, len(config.routes)):
+            later = config.routes[j]
+            if j in shadowed or not _matches(later.model, exact.model):
+                continue
+            translated = _apis(config, later) - _apis(config, exact)
+            if translated:
+                names = ", ".join(_API_NAMES[a] for a in WireApi if a in translated)
+                upstreams = ", ".join(exact.upstreams)
+                warnings.append(
+                    f"routes[{j}] (model = {later.model!r}) also matches {exact.model!r}, "
+                    f"which routes[{i}] names: every request for it goes to routes[{i}] "
+                    f"({upstreams}), whatever its API, translated where {upstreams} does "
+                    f"not speak it ({names}); routes[{j}] never gets it"
+                )
+    return warnings
+
+
+def _matches(pattern: str, model: str) -> bool:
+    try:
+        return compile_pattern(pattern)(model)
+    except ValueError:  # reported by load_config
+        return False
+
+
+def _takes_all(earlier: RouteConfig, route: RouteConfig) -> bool:
+    """Whether ``earlier`` matches every model ``route`` can."""
+    if earlier.model in (route.model, "*"):
+        return True
+    return is_exact(route.model) and _matches(earlier.model, route.model)
+
+
+def _apis(config: Config, route: RouteConfig) -> frozenset[WireApi]:
+    """The APIs some upstream of ``route`` speaks natively."""
+    apis: frozenset[WireApi] = frozenset()
+    for name in route.upstreams:
+        upstream = config.upstream_named(name)
+        if upstream is not None:
+            apis |= UPSTREAM_PROTOCOLS[upstream.protocol].apis
+    return apis

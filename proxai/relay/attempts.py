@@ -2,7 +2,7 @@
 
 :class:`~proxai.policy.retry.RetryPlan` decides (which upstream next, after
 what delay); this module does the I/O: each attempt's request, bounded by
-``first_byte`` (or ``total``), the retry budget's places, and the closing of
+``first_byte`` (or ``total``), the retry budget's say, and the closing of
 every response that is not the answer.
 """
 
@@ -42,46 +42,38 @@ async def open_upstream(
 
     Each attempt's response lives on an exit stack of its own inside ``stack``: a
     retried response is closed at once, never relayed; the answer stays open until
-    ``stack`` closes. Each retry needs a place in the exchange's retry budget, held
-    until its attempt is decided; without one, the failure at hand is the answer.
+    ``stack`` closes. Each retry needs the exchange's retry budget to have room for
+    it; without, the failure at hand is the answer.
     """
     plan, admission = exchange.plan, exchange.retry_admission
     name, delay = plan.first(), 0.0
     outcome.attempts = plan.attempts
-    retrying = False  # holding a place in the retry budget
-    try:
-        while True:
-            if delay:
-                await trio.sleep(delay)
-            target = exchange.targets[name]
-            attempt = AttemptRecord(name, trio.current_time() - started)
-            index = plan.record(attempt)
-            outcome.upstream = name
-            outcome.dropped = list(target.dropped)
-            attempt_stack = await stack.enter_async_context(AsyncExitStack())
-            result = await _attempt(attempt_stack, exchange, target, total_deadline)
-            if retrying:
-                retrying = False
-                admission.end_retry()
-            if isinstance(result, ProxyError):
-                attempt.kind, attempt.detail = result.kind, result.message
-            else:
-                attempt.status = result.status
-                attempt.retry_after = retry_after_header(result.headers, time.time())
-            if on_attempt is not None:
-                on_attempt(attempt, index)
-            following = plan.next_attempt(attempt)
-            if following is None or trio.current_time() + following[1] >= total_deadline:
-                return target, result
-            if not admission.start_retry():
-                outcome.retry_refused = True  # over budget: this failure is the answer
-                return target, result
-            retrying = True
-            await attempt_stack.aclose()
-            name, delay = following
-    finally:
-        if retrying:  # cancelled during a retry's backoff or before its answer
-            admission.end_retry()
+    admission.note_request()
+    while True:
+        if delay:
+            await trio.sleep(delay)
+        target = exchange.targets[name]
+        attempt = AttemptRecord(name, trio.current_time() - started)
+        index = plan.record(attempt)
+        outcome.upstream = name
+        outcome.dropped = list(target.dropped)
+        attempt_stack = await stack.enter_async_context(AsyncExitStack())
+        result = await _attempt(attempt_stack, exchange, target, total_deadline)
+        if isinstance(result, ProxyError):
+            attempt.kind, attempt.detail = result.kind, result.message
+        else:
+            attempt.status = result.status
+            attempt.retry_after = retry_after_header(result.headers, time.time())
+        if on_attempt is not None:
+            on_attempt(attempt, index)
+        following = plan.next_attempt(attempt)
+        if following is None or trio.current_time() + following[1] >= total_deadline:
+            return target, result
+        if not admission.start_retry():
+            outcome.retry_refused = True  # over budget: this failure is the answer
+            return target, result
+        await attempt_stack.aclose()
+        name, delay = following
 
 
 async def _attempt(

@@ -59,21 +59,21 @@ class RetryAdmission(Protocol):
     """Whether a request may retry now: the process's retry budget, which the app keeps
     (see :class:`~proxai.policy.retry.RetryBudget`)."""
 
-    def start_retry(self) -> bool:
-        """Take a place for one retry; ``False`` when over budget (nothing taken)."""
+    def note_request(self) -> None:
+        """A request's first attempt goes upstream (the budget is a share of those)."""
         ...
 
-    def end_retry(self) -> None:
-        """Give back the place a retry took, once its attempt is decided."""
+    def start_retry(self) -> bool:
+        """Count one retry; ``False`` when over budget (nothing counted)."""
         ...
 
 
 class _Unlimited:
+    def note_request(self) -> None:
+        pass
+
     def start_retry(self) -> bool:
         return True
-
-    def end_retry(self) -> None:
-        pass
 
 
 #: No budget: every retry the plan names is made.

@@ -27,6 +27,7 @@ from ..config import Config
 from ..config import Protocol as UpstreamKind
 from ..errors import ProxyError
 from ..ops.capture import Capture, Captures
+from ..ops.masking import SecretMask
 from ..ops.metrics import CONTENT_TYPE_LATEST, Metrics
 from ..ops.request_log import RequestLog
 from ..outcome import Outcome, OutcomeKind
@@ -164,9 +165,13 @@ class ProxaiApp:
         self._limits = StreamLimits(
             max_open_items=config.server.max_open_items, max_kept=config.server.max_event_bytes
         )
-        self._request_log = RequestLog(config.logging)
-        self._metrics = Metrics(self._router.exact_models) if config.metrics.enabled else None
-        self._captures = Captures(config.capture) if config.capture.enabled else None
+        mask = SecretMask.from_config(config)
+        self._request_log = RequestLog(config.logging, mask)
+        metrics = config.metrics
+        self._metrics = (
+            Metrics.from_config(metrics, self._router.exact_models) if metrics.enabled else None
+        )
+        self._captures = Captures(config.capture, mask) if config.capture.enabled else None
         self._live_view = LiveView(
             config.live_view,
             self._keys,

@@ -1,6 +1,6 @@
 """The gate: who gets in, how many are in, and the drain that waits for them to leave.
 
-It also keeps the retry budget, which is measured against the requests in flight.
+It also keeps the retry budget, fed the requests that go upstream and trio's clock.
 
 Admission refuses at once what proxai will not take now (shutting down, over
 ``server.max_concurrent_streams``): nothing queues. The drain stops admission,
@@ -23,7 +23,7 @@ from ..errors import ProxyError, shutdown_error
 from ..outcome import OutcomeKind
 from ..policy.retry import RetryBudget
 
-__all__ = ["STOP_GRACE", "Gate", "Stoppable", "shutdown_budget"]
+__all__ = ["STOP_GRACE", "Gate", "Stoppable", "overloaded", "shutdown_budget"]
 
 log = logging.getLogger("proxai")
 
@@ -84,12 +84,13 @@ class Gate:
         if self.draining and not self.in_flight:
             self._idle.set()
 
-    def start_retry(self) -> bool:
-        """Whether a request may retry now, against the requests in flight."""
-        return self.retry_budget.start(self.in_flight)
+    def note_request(self) -> None:
+        """A request's first attempt goes upstream: it adds to the retry budget."""
+        self.retry_budget.deposit(trio.current_time())
 
-    def end_retry(self) -> None:
-        self.retry_budget.end()
+    def start_retry(self) -> bool:
+        """Whether a request may retry now, within the share of the recent requests."""
+        return self.retry_budget.withdraw(trio.current_time())
 
     def begin_drain(self) -> None:
         """Stop admitting requests; :meth:`wait_for_drain_request` returns."""
@@ -125,12 +126,20 @@ class Gate:
 
 
 def _overloaded(limit: int) -> ProxyError:
-    return ProxyError(
-        503,
+    return overloaded(
         f"proxai is at its limit of {limit} concurrent requests "
         "(server.max_concurrent_streams); retry shortly",
-        "server_error",
         code="proxy_overloaded",
+    )
+
+
+def overloaded(message: str, *, code: str) -> ProxyError:
+    """The 503 of a limit proxai is at: retry in a second (nothing was queued)."""
+    return ProxyError(
+        503,
+        message,
+        "server_error",
+        code=code,
         headers=((b"retry-after", b"1"),),
         kind=OutcomeKind.OVERLOADED,
     )

@@ -11,7 +11,8 @@ Off by default (``[live_view] enabled``); answered only to loopback clients
 and the networks in ``live_view.allow``; behind the client keys when
 ``[auth]`` is on (the page takes the key from the URL's fragment,
 ``/_proxai/#key=...``, which browsers never send to the server, and sends it as
-a bearer token).
+a bearer token). At most ``live_view.max_viewers`` event streams are open at once
+(each lives as long as its viewer, outside ``max_concurrent_streams``); past it, 503.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ..protocols.table import OPENAI_SDK
 from ..relay.relay import StreamSnapshot
 from ..relay.writer import send_error
 from .asgi_io import AsgiDownstream, send_plain
+from .gate import overloaded
 
 __all__ = ["PAGE", "PREFIX", "LiveView", "LiveViewAccess", "snapshot_body"]
 
@@ -81,6 +83,9 @@ class LiveView:
         self._keys = keys
         self._streams = streams
         self._draining = draining
+        self._max_viewers = config.max_viewers
+        #: Event streams open now.
+        self.viewers = 0
 
     async def handle(self, scope: dict[str, Any], downstream: AsgiDownstream) -> None:
         path = scope["path"]
@@ -92,7 +97,14 @@ class LiveView:
         elif path == PREFIX + "/streams":
             await send_plain(downstream, 200, b"application/json", self._body())
         elif path == PREFIX + "/events":
-            await self._events(downstream)
+            if self.viewers >= self._max_viewers:
+                await send_error(downstream, _too_many_viewers(self._max_viewers))
+                return
+            self.viewers += 1
+            try:
+                await self._events(downstream)
+            finally:
+                self.viewers -= 1
         else:
             await send_error(
                 downstream, ProxyError(404, f"no live view page {path}", "invalid_request_error")
@@ -141,6 +153,14 @@ class LiveView:
             nursery.cancel_scope.cancel()
         with trio.CancelScope(shield=True):
             await downstream.send_body(b"", more=False)
+
+
+def _too_many_viewers(limit: int) -> ProxyError:
+    return overloaded(
+        f"the live view has {limit} event streams open, its limit (live_view.max_viewers); "
+        "close one or retry shortly",
+        code="live_view_overloaded",
+    )
 
 
 PAGE = b"""<!doctype html>

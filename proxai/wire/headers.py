@@ -2,8 +2,10 @@
 
 Hop-by-hop headers (RFC 9110 section 7.6.1, plus those named by ``Connection``)
 belong to one connection and never cross. Upstream credentials are proxai's:
-the client's ``Authorization`` and ``x-api-key`` are replaced by the configured
-key, in the header the upstream's protocol expects. The upstream
+the client's credential headers (``Authorization``, ``x-api-key`` and the other
+headers APIs take keys in) never go up, whether or not proxai has a key of its
+own; proxai's key goes in the header the upstream's protocol expects, and an
+upstream's configured ``headers`` carry any other credential it wants. The upstream
 is asked for an identity encoding, because proxai frames SSE on the bytes as
 they arrive (an upstream that compresses anyway is decoded: :mod:`proxai.wire.coding`).
 """
@@ -38,6 +40,8 @@ _NOT_FORWARDED_UP = HOP_BY_HOP | {
     b"x-api-key",
     b"api-key",  # Azure OpenAI clients
     b"x-goog-api-key",  # Gemini clients
+    b"ocp-apim-subscription-key",  # Azure API Management gateways
+    b"x-auth-token",  # OpenStack-style gateways
     b"accept-encoding",
     b"expect",
 }

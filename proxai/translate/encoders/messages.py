@@ -190,8 +190,11 @@ class MessagesEncoder(EncoderBase):
         while self._waiting:
             out += self._open_next() + self._stop_open()
         stop_reason = _STOP_REASONS[event.reason]
-        if stop_reason == "end_turn" and any(b.kind is ItemKind.TOOL_CALL for b in self._content):
+        called = any(b.kind is ItemKind.TOOL_CALL for b in self._content)
+        if stop_reason == "end_turn" and called:
             stop_reason = "tool_use"  # some servers say stop after calling tools
+        elif stop_reason == "tool_use" and not called:
+            stop_reason = "end_turn"  # no call to run (one that never got a name is dropped)
         self._stop_reason = stop_reason
         if event.reason is FinishReason.STOP_SEQUENCE:
             self._stop_sequence = event.stop_sequence
