@@ -112,6 +112,13 @@ class Metrics:
             ["direction"],
             registry=registry,
         )
+        self.background_failures = Counter(
+            "proxai_background_failures",
+            "Failures of proxai's background tasks (the idle-connection sweep, the drain), "
+            "by task: each is logged and the task goes on.",
+            ["task"],
+            registry=registry,
+        )
         self.tokens = Counter(
             "proxai_usage_tokens",
             "Tokens the upstreams reported in usage, by model and kind.",

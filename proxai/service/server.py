@@ -149,7 +149,12 @@ async def serve(
 
     async def on_trigger() -> None:
         assert shutdown_trigger is not None
-        await shutdown_trigger()
+        try:
+            await shutdown_trigger()
+        except Exception:
+            # A trigger that fails must not stop the serving: signals still stop it.
+            log.exception("the shutdown trigger failed; serving on (SIGTERM still stops)")
+            return
         triggered.set()
 
     async def trigger() -> None:

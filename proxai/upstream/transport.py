@@ -28,7 +28,7 @@ import httpcore
 import httpx
 import trio
 
-__all__ = ["LeanTrioBackend", "PoolTransport"]
+__all__ = ["LeanTrioBackend", "PoolTransport", "SweptPool"]
 
 _Option = tuple[int, int, int] | tuple[int, int, bytes | bytearray] | tuple[int, int, None, int]
 
@@ -172,6 +172,33 @@ class _ResponseStream(httpx.AsyncByteStream):
             await close()
 
 
+class SweptPool(httpcore.AsyncConnectionPool):
+    """httpcore's pool, with a way to close idle connections when no request comes.
+
+    httpcore takes a connection out of its list before it closes one, and forgets a
+    connection closed while still listed only when its next request comes: one closed
+    behind its back would stay listed for as long as the pool gets no traffic. So
+    :meth:`close_idle` does as httpcore does: out of the list, then closed. (It reads
+    the pool's list and its requests, httpcore's own state: this is the one place that
+    does.)
+    """
+
+    async def close_idle(self, connections: Iterable[httpcore.AsyncConnectionInterface]) -> int:
+        """Close those of ``connections`` (a snapshot of :attr:`connections`) still idle
+        and in the pool; how many."""
+        with self._optional_thread_lock:
+            listed = {id(c) for c in self._connections}
+            # A connection assigned to a request that has not started on it yet is idle.
+            assigned = {id(r.connection) for r in self._requests if r.connection is not None}
+            doomed = [
+                c for c in connections if c.is_idle() and id(c) in listed and id(c) not in assigned
+            ]
+            gone = {id(c) for c in doomed}
+            self._connections = [c for c in self._connections if id(c) not in gone]
+        await self._close_connections(doomed)
+        return len(doomed)
+
+
 class PoolTransport(httpx.AsyncBaseTransport):
     """An HTTP/1.1 connection pool for one upstream, as an httpx transport."""
 
@@ -182,7 +209,7 @@ class PoolTransport(httpx.AsyncBaseTransport):
         max_keepalive_connections: int,
         keepalive_expiry: float,
     ) -> None:
-        self.pool = httpcore.AsyncConnectionPool(
+        self.pool = SweptPool(
             ssl_context=httpx.create_ssl_context(verify=verify, trust_env=False),
             max_connections=None,
             max_keepalive_connections=max_keepalive_connections,

@@ -1,0 +1,224 @@
+"""The upstream pools under churn, on both transports (plain http: the lean h11 one; https:
+httpcore's): the idle sweep against connections leaving meanwhile, the lists back to
+their bound, and a background task's failure that must not take the service down."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+import trustme
+
+from proxai.config import TimeoutsConfig, UpstreamConfig, load_config
+from proxai.outcome import OutcomeKind
+from proxai.service.background import LOG_EVERY, Failures
+from proxai.service.server import serve
+from proxai.testing import Script, ScriptedUpstream
+from proxai.testing.memory_proxy import MemoryProxy
+from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, turn_bytes
+from proxai.upstream.client import UpstreamClient
+from proxai.upstream.h11_transport import H11Connection, H11Transport
+
+TURN1 = turn_bytes(TURN1_EVENTS)
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture
+def ca_file(ca: trustme.CA, tmp_path: Path) -> str:
+    path = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(path))
+    return str(path)
+
+
+@pytest.fixture
+def tls_upstream(nursery: trio.Nursery, ca: trustme.CA) -> Callable[..., Any]:
+    """``await tls_upstream(scripts)``: a ScriptedUpstream serving https (trustme's CA)."""
+
+    async def start(responder: Any) -> ScriptedUpstream:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ca.issue_cert("127.0.0.1").configure_cert(context)
+        upstream = ScriptedUpstream(responder, ssl_context=context)
+        await nursery.start(upstream.serve)
+        return upstream
+
+    return start
+
+
+def listed(client: UpstreamClient) -> int:
+    """Connection objects in the client's pools, closed or not."""
+    return client.pool_statistics().listed
+
+
+# -- the idle sweep ------------------------------------------------------------------------
+
+
+async def test_the_sweep_survives_connections_leaving_the_pool_while_it_closes_others(
+    start_upstream: Any,
+) -> None:
+    """Requests end (and drop their connections) while the sweep awaits a close: it
+    must close what it chose, whatever became of the pool's list meanwhile."""
+    upstream = await start_upstream([Script.json({})])
+    transport = H11Transport(max_keepalive_connections=10, keepalive_expiry=30.0)
+    pool = transport.pool
+    config = UpstreamConfig(base_url=upstream.base_url, max_idle_connections=0)
+    client = UpstreamClient(config, TimeoutsConfig(), transport=transport)
+    busy = [await pool.acquire("127.0.0.1", upstream.port, None) for _ in range(2)]
+    idle = [await pool.acquire("127.0.0.1", upstream.port, None) for _ in range(3)]
+    for connection in idle:
+        await pool.release(connection, reuse=True)
+    shrunk = False
+
+    def shrink_first(connection: H11Connection) -> None:
+        close = connection.aclose
+
+        async def aclose() -> None:
+            nonlocal shrunk
+            if not shrunk:
+                shrunk = True
+                for other in busy:  # two requests fail meanwhile: their connections go
+                    await pool.release(other, reuse=False)
+            await close()
+
+        connection.aclose = aclose  # type: ignore[method-assign]
+
+    for connection in idle:
+        shrink_first(connection)
+    assert await client.close_idle() == 3
+    assert shrunk
+    assert (client.pool_statistics().open, listed(client)) == (0, 0)
+    with trio.fail_after(10):  # a hang guard
+        await upstream.wait_open_connections(0)
+
+
+async def _burst(client: UpstreamClient, streams: int) -> None:
+    async def one() -> None:
+        async with client.open("POST", b"/v1/responses", b"", [], b"{}") as response:
+            async for _ in response.iter_body():
+                pass
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(streams):
+            nursery.start_soon(one)
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+async def test_swept_connections_leave_the_pools_lists(
+    scheme: str, start_upstream: Any, tls_upstream: Any, ca_file: str
+) -> None:
+    script = [Script.sse(TURN1_EVENTS[:4], delay=0.05)]
+    upstream = await (tls_upstream(script) if scheme == "https" else start_upstream(script))
+    config = UpstreamConfig(
+        base_url=upstream.base_url,
+        max_idle_connections=3,
+        ca_bundle=ca_file if scheme == "https" else None,
+    )
+    client = UpstreamClient(config, TimeoutsConfig())
+    for _ in range(3):  # bursts spread over several pools, then the sweep
+        await _burst(client, 24)
+        await client.close_idle()
+        # the closed ones are gone from the lists, not only closed
+        assert listed(client) == client.pool_statistics().idle == 3
+    with trio.fail_after(10):
+        await upstream.wait_open_connections(3)
+    await client.aclose()
+
+
+# -- background tasks and health -----------------------------------------------------------
+
+
+async def test_a_failing_sweep_does_not_stop_the_service(
+    start_upstream: Any, proxai_for: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failures = 0
+    failed_thrice = trio.Event()
+
+    async def broken(self: UpstreamClient) -> int:
+        nonlocal failures
+        failures += 1
+        if failures == 3:
+            failed_thrice.set()
+        raise IndexError("list index out of range")
+
+    monkeypatch.setattr(UpstreamClient, "close_idle", broken)
+    upstream = await start_upstream([Script.sse([TURN1])])
+    async with (
+        proxai_for(upstream, upstream={"keepalive_expiry": 0.1}) as px,
+        httpx.AsyncClient() as client,
+    ):
+        with trio.fail_after(10):
+            await failed_thrice.wait()  # the sweep fails, and goes on
+        response = await client.post(px.base_url + "/responses", json=TURN1_REQUEST)
+        health = await client.get(px.url + "/healthz")
+        ready = await client.get(px.url + "/readyz")
+        metrics = (await client.get(px.url + "/metrics")).text
+    assert (response.status_code, response.content) == (200, TURN1)
+    assert (health.status_code, ready.status_code) == (200, 200)
+    (line,) = [m for m in metrics.splitlines() if m.startswith("proxai_background_failures_total")]
+    assert 'task="idle_sweep"' in line
+    assert float(line.rsplit(" ", 1)[1]) >= 3
+
+
+async def test_healthz_fails_once_the_service_cannot_serve(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with MemoryProxy([Script.sse([TURN1])]) as proxy:
+        ok = await proxy.request(b"", path="/healthz", method="GET")
+        # the lifespan ended (its upstream clients closed) while the server still answers
+        await proxy.app.shutdown()
+        health = await proxy.request(b"", path="/healthz", method="GET")
+        ready = await proxy.request(b"", path="/readyz", method="GET")
+        refused = await proxy.request({"model": "m", "input": "hi"})
+    assert ok.status == 200
+    assert (health.status, health.json()) == (503, {"status": "stopped"})
+    assert (ready.status, ready.json()) == (503, {"status": "stopped"})
+    assert refused.status == 503
+    assert refused.outcome is not None and refused.outcome.kind is OutcomeKind.PROXY_ERROR
+
+
+async def test_a_failing_shutdown_trigger_does_not_stop_the_server(
+    start_upstream: Any, nursery: trio.Nursery
+) -> None:
+    async def broken_trigger() -> None:
+        raise OSError("bad file descriptor")
+
+    upstream = await start_upstream([Script.sse([TURN1])])
+    overrides = {
+        "server": {"host": "127.0.0.1", "port": 0},
+        "upstream": {"base_url": upstream.base_url},
+    }
+    config = load_config(None, overrides=overrides)
+    (url,) = await nursery.start(partial(serve, config, shutdown_trigger=broken_trigger))
+    async with httpx.AsyncClient() as client:
+        response = await client.post(url + "/v1/responses", json=TURN1_REQUEST)
+        health = await client.get(url + "/healthz")
+    assert (response.status_code, response.content) == (200, TURN1)
+    assert health.status_code == 200
+    nursery.cancel_scope.cancel()
+
+
+async def test_failures_are_logged_first_in_full_then_at_most_once_a_minute(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    counted: list[str] = []
+    failures = Failures("idle_sweep", counted.append)
+    for _ in range(100):  # one failure every 0.05 s for 5 s
+        with failures.contain():
+            raise IndexError("list index out of range")
+        await trio.sleep(0.05)
+    await trio.sleep(LOG_EVERY)
+    with failures.contain():
+        raise IndexError("list index out of range")
+    assert failures.count == 101 and counted == ["idle_sweep"] * 101
+    first, summary = (r for r in caplog.records if r.name == "proxai")
+    assert first.exc_info is not None and "idle_sweep failed; it goes on" in first.getMessage()
+    assert "failed 100 more time(s)" in summary.getMessage()
