@@ -19,8 +19,9 @@ from proxai.config import TimeoutsConfig, UpstreamConfig, load_config
 from proxai.outcome import OutcomeKind
 from proxai.service.background import LOG_EVERY, Failures
 from proxai.service.server import serve
-from proxai.testing import Script, ScriptedUpstream
+from proxai.testing import RecordedRequest, Script, ScriptedUpstream
 from proxai.testing.memory_proxy import MemoryProxy
+from proxai.testing.raw_upstream import RawUpstream, raw_response
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, turn_bytes
 from proxai.upstream.client import UpstreamClient
 from proxai.upstream.h11_transport import H11Connection, H11Transport
@@ -222,3 +223,83 @@ async def test_failures_are_logged_first_in_full_then_at_most_once_a_minute(
     first, summary = (r for r in caplog.records if r.name == "proxai")
     assert first.exc_info is not None and "idle_sweep failed; it goes on" in first.getMessage()
     assert "failed 100 more time(s)" in summary.getMessage()
+
+
+# -- framing faults: nothing crosses between clients ---------------------------------------
+
+FORGED = raw_response(b'{"answer_for":"forged"}')
+
+
+def _client(request: RecordedRequest) -> str:
+    return "A" if request.method == "HEAD" else str(request.json()["metadata"]["client"])
+
+
+def _surplus_responder(variant: str) -> Callable[[RecordedRequest], bytes]:
+    """Answers each client with its own answer; A's comes with a whole forged response
+    after its end, which a connection reused for B would answer B with."""
+
+    def respond(request: RecordedRequest) -> bytes:
+        client = _client(request)
+        body = b'{"answer_for":"%s"}' % client.encode()
+        if client != "A":
+            return raw_response(body)
+        if variant == "content-length":  # a body longer than its Content-Length
+            return raw_response(body) + FORGED
+        if variant == "chunked":  # data after the last chunk
+            headers = (("content-type", "application/json"), ("transfer-encoding", "chunked"))
+            chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+            return raw_response(chunked, headers=headers, content_length=-1) + FORGED
+        return raw_response(FORGED)  # a body on a HEAD response
+
+    return respond
+
+
+async def _raw_upstream(
+    nursery: trio.Nursery, responder: Callable[[RecordedRequest], bytes], scheme: str, ca: Any
+) -> RawUpstream:
+    context = None
+    if scheme == "https":
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ca.issue_cert("127.0.0.1").configure_cert(context)
+    upstream = RawUpstream(responder, ssl_context=context)
+    await nursery.start(upstream.serve)
+    return upstream
+
+
+def _upstream_table(scheme: str, ca_file: str) -> dict[str, Any]:
+    return {"ca_bundle": ca_file} if scheme == "https" else {}
+
+
+def _ask(client: str) -> dict[str, Any]:
+    return {"model": "m", "input": "hi", "metadata": {"client": client}}
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+@pytest.mark.parametrize("variant", ["content-length", "chunked", "head"])
+async def test_surplus_bytes_never_answer_another_client(
+    variant: str, scheme: str, nursery: trio.Nursery, ca: Any, ca_file: str, proxai_for: Any
+) -> None:
+    upstream = await _raw_upstream(nursery, _surplus_responder(variant), scheme, ca)
+    async with (
+        proxai_for(upstream.base_url, upstream=_upstream_table(scheme, ca_file)) as px,
+        httpx.AsyncClient() as client,
+    ):
+        if variant == "head":
+            first = await client.head(px.base_url + "/responses")
+            assert (first.status_code, first.content) == (200, b"")
+        else:
+            first = await client.post(px.base_url + "/responses", json=_ask("A"))
+            assert (first.status_code, first.json()) == (200, {"answer_for": "A"})
+        answers = [
+            (await client.post(px.base_url + "/responses", json=_ask(name))).json()
+            for name in ("B", "C")
+        ]
+        outcomes = await px.wait_for_outcomes(3)
+    assert answers == [{"answer_for": "B"}, {"answer_for": "C"}]
+    (anomaly,) = outcomes[0].anomalies
+    assert anomaly.startswith("upstream sent more data than its response's framing allows")
+    assert f"{len(FORGED)} bytes" in anomaly
+    assert outcomes[0].kind is OutcomeKind.COMPLETED
+    assert outcomes[1].anomalies == outcomes[2].anomalies == []
+    # A's connection was closed, not pooled: B and C came on a second one
+    assert upstream.connections_opened == 2

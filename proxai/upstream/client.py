@@ -24,6 +24,7 @@ from ..errors import ProxyError
 from ..outcome import OutcomeKind
 from ..protocols.table import UPSTREAM_PROTOCOLS
 from ..wire.headers import Headers, request_headers_for_upstream
+from .framing import UpstreamBody, surplus_anomaly
 from .h11_transport import H11Pool, H11Transport
 from .transport import PoolTransport, SweptPool
 
@@ -61,6 +62,7 @@ class UpstreamResponse:
     status: int
     headers: Headers
     _response: httpx.Response
+    method: str = "POST"  # the request's
 
     async def iter_body(self) -> AsyncIterator[bytes]:
         """Body bytes as they arrive, undecoded; raises :class:`UpstreamBroken`."""
@@ -69,6 +71,15 @@ class UpstreamResponse:
                 yield chunk
         except (httpx.ReadError, httpx.RemoteProtocolError) as exc:
             raise UpstreamBroken(str(exc) or type(exc).__name__) from exc
+
+    @property
+    def anomaly(self) -> str | None:
+        """Once the body is read: what was wrong with its framing, if anything (the
+        connection was then closed; see :mod:`proxai.upstream.framing`)."""
+        stream = self._response.stream
+        if isinstance(stream, UpstreamBody) and stream.surplus:
+            return surplus_anomaly(self.method, self.status, self.headers, stream.surplus)
+        return None
 
 
 class UrlCache:
@@ -313,7 +324,9 @@ class UpstreamClient:
         try:
             response = await self._send(shard, method, raw_path, query, client_headers, body)
             try:
-                yield UpstreamResponse(response.status_code, list(response.headers.raw), response)
+                yield UpstreamResponse(
+                    response.status_code, list(response.headers.raw), response, method
+                )
             finally:
                 await response.aclose()
         finally:

@@ -7,8 +7,10 @@ h11 and yields the body's bytes, with nothing entered per read. httpx stays the
 client API (this is an ``httpx.AsyncBaseTransport``); https upstreams keep
 :class:`~proxai.upstream.transport.PoolTransport` (TLS, verification).
 
-A connection goes back to the pool only when its response was read to the end
-and both sides may start another cycle; any other end closes it.
+A connection goes back to the pool only when its response was read to the end,
+both sides may start another cycle, and nothing is left over: bytes past the
+response's end (:mod:`proxai.upstream.framing`) would answer the next request.
+Any other end closes it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from collections.abc import AsyncIterator, Iterable
 import h11
 import httpx
 import trio
+
+from .framing import UpstreamBody
 
 __all__ = ["H11Pool", "H11Transport"]
 
@@ -34,6 +38,8 @@ class H11Connection:
         self._expiry = keepalive_expiry
         self._idle_since: float | None = None
         self._closed = False
+        #: Bytes the upstream sent past the end of the last response (read with it).
+        self.surplus = 0
 
     def is_idle(self) -> bool:
         return self._idle_since is not None and not self._closed
@@ -109,6 +115,7 @@ class H11Connection:
             if isinstance(event, h11.Data):
                 yield bytes(event.data)
             elif isinstance(event, h11.EndOfMessage):
+                self.surplus = len(self._h11.trailing_data[0])
                 return
             elif isinstance(event, h11.ConnectionClosed):
                 raise httpx.RemoteProtocolError(
@@ -116,7 +123,11 @@ class H11Connection:
                 )
 
     def reusable(self) -> bool:
-        """The exchange ended cleanly and both sides may go on: start the next cycle."""
+        """The exchange ended cleanly, both sides may go on and nothing is left unread
+        (nor has the upstream closed): start the next cycle."""
+        left, closed = self._h11.trailing_data
+        if left or closed:
+            return False
         if self._h11.our_state is h11.DONE and self._h11.their_state is h11.DONE:
             self._h11.start_next_cycle()
             return True
@@ -216,7 +227,7 @@ async def _close(connections: Iterable[H11Connection]) -> None:
             await connection.aclose()
 
 
-class _Body(httpx.AsyncByteStream):
+class _Body(UpstreamBody):
     def __init__(self, pool: H11Pool, connection: H11Connection) -> None:
         self._pool = pool
         self._connection = connection
@@ -226,6 +237,7 @@ class _Body(httpx.AsyncByteStream):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for part in self._connection.body():
             yield part
+        self.surplus = self._connection.surplus
         self._complete = True
 
     async def aclose(self) -> None:

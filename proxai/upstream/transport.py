@@ -24,9 +24,12 @@ import typing
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import contextmanager
 
+import h11
 import httpcore
 import httpx
 import trio
+
+from .framing import UpstreamBody
 
 __all__ = ["LeanTrioBackend", "PoolTransport", "SweptPool"]
 
@@ -157,7 +160,16 @@ def _as_httpx() -> Iterator[None]:
         raise getattr(httpx, type(exc).__name__, httpx.TransportError)(str(exc)) from exc
 
 
-class _ResponseStream(httpx.AsyncByteStream):
+def _h11_state(stream: object) -> h11.Connection | None:
+    """The h11 connection under an httpcore HTTP/1.1 response: the pool's byte stream
+    wraps the connection's, which holds its connection, which holds the h11 state.
+    httpcore keeps all three private; this is the one place that reads them."""
+    connection = getattr(getattr(stream, "_stream", None), "_connection", None)
+    state = getattr(connection, "_h11_state", None)
+    return state if isinstance(state, h11.Connection) else None
+
+
+class _ResponseStream(UpstreamBody):
     def __init__(self, stream: typing.AsyncIterable[bytes]) -> None:
         self._stream = stream
 
@@ -165,6 +177,13 @@ class _ResponseStream(httpx.AsyncByteStream):
         with _as_httpx():
             async for part in self._stream:
                 yield part
+        state = _h11_state(self._stream)
+        if state is not None and state.trailing_data[0]:
+            # httpcore would start the next cycle with these bytes still buffered, and
+            # answer the next request from them. Failing our side of the exchange makes
+            # it close the connection when the response closes, and drop it from the pool.
+            self.surplus = len(state.trailing_data[0])
+            state.send_failed()
 
     async def aclose(self) -> None:
         close = getattr(self._stream, "aclose", None)
