@@ -303,3 +303,37 @@ async def test_surplus_bytes_never_answer_another_client(
     assert outcomes[1].anomalies == outcomes[2].anomalies == []
     # A's connection was closed, not pooled: B and C came on a second one
     assert upstream.connections_opened == 2
+
+
+def _both_lengths(request: RecordedRequest) -> bytes:
+    """A's answer has a Content-Length and a Transfer-Encoding (RFC 9112 section 6.3
+    forbids it): which frames the body? Others get a plain answer."""
+    client = _client(request)
+    body = b'{"answer_for":"%s"}' % client.encode()
+    if client != "A":
+        return raw_response(body)
+    headers = (("content-type", "application/json"), ("transfer-encoding", "chunked"))
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    return raw_response(chunked, headers=headers, content_length=5)
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+async def test_content_length_and_transfer_encoding_together_are_a_502(
+    scheme: str, nursery: trio.Nursery, ca: Any, ca_file: str, proxai_for: Any
+) -> None:
+    upstream = await _raw_upstream(nursery, _both_lengths, scheme, ca)
+    async with (
+        proxai_for(upstream.base_url, upstream=_upstream_table(scheme, ca_file)) as px,
+        httpx.AsyncClient() as client,
+    ):
+        refused = await client.post(px.base_url + "/responses", json=_ask("A"))
+        after = await client.post(px.base_url + "/responses", json=_ask("B"))
+        first, second = await px.wait_for_outcomes(2)
+    assert refused.status_code == 502
+    error = refused.json()["error"]
+    assert error["code"] == "upstream_invalid_response"
+    assert "both Content-Length and Transfer-Encoding" in error["message"]
+    assert (first.kind, first.status) == (OutcomeKind.PROXY_ERROR, 502)
+    assert (after.status_code, after.json()) == (200, {"answer_for": "B"})
+    assert second.kind is OutcomeKind.COMPLETED
+    assert upstream.connections_opened == 2  # that connection was not reused

@@ -24,7 +24,7 @@ from ..errors import ProxyError
 from ..outcome import OutcomeKind
 from ..protocols.table import UPSTREAM_PROTOCOLS
 from ..wire.headers import Headers, request_headers_for_upstream
-from .framing import UpstreamBody, surplus_anomaly
+from .framing import UpstreamBody, conflicting_framing, surplus_anomaly
 from .h11_transport import H11Pool, H11Transport
 from .transport import PoolTransport, SweptPool
 
@@ -314,7 +314,8 @@ class UpstreamClient:
     ) -> AsyncIterator[UpstreamResponse]:
         """Send the request; yield once the response headers are in; close on exit.
 
-        Raises :class:`ProxyError` (502) when no connection can be made.
+        Raises :class:`ProxyError` (502) when no connection can be made, or when the
+        response's framing is contradictory (:mod:`proxai.upstream.framing`).
         """
         busy = self._busy
         shard = next((i for i, n in enumerate(busy) if n < SHARD_REQUESTS), None)
@@ -323,6 +324,17 @@ class UpstreamClient:
         busy[shard] += 1
         try:
             response = await self._send(shard, method, raw_path, query, client_headers, body)
+            if conflicting_framing(response.headers.raw):
+                # Closed unread: its connection goes too.
+                await response.aclose()
+                raise ProxyError(
+                    502,
+                    "the upstream sent both Content-Length and Transfer-Encoding, which "
+                    "HTTP forbids (RFC 9112, section 6.3): its body cannot be relayed",
+                    "server_error",
+                    code="upstream_invalid_response",
+                    kind=OutcomeKind.PROXY_ERROR,
+                )
             try:
                 yield UpstreamResponse(
                     response.status_code, list(response.headers.raw), response, method

@@ -10,8 +10,9 @@ Two faults, on either transport:
   dropped with the connection, and the request's outcome notes it (as nginx logs
   "upstream sent more data than specified").
 - **both Content-Length and Transfer-Encoding** (RFC 9112 section 6.3: a sender must
-  not, and whoever relays it must not forward the ``Content-Length``): a 502, as nginx
-  answers, and the connection is closed.
+  not, and whoever relays it must not forward the ``Content-Length``): a 502 with
+  ``code: "upstream_invalid_response"``, as nginx answers, and the connection is
+  closed unread (:meth:`proxai.upstream.client.UpstreamClient.open`).
 
 Each transport's body stream is an :class:`UpstreamBody` and counts its surplus.
 """
