@@ -262,6 +262,8 @@ class ProxaiApp:
                 for client in list(self._clients.values()):
                     with failures.contain():
                         await client.close_idle()
+                with failures.contain():
+                    self._count_pools()
 
     async def _drain_when_asked(self) -> None:
         """Drain once asked to. Should the drain fail, the streams still open are left to
@@ -269,6 +271,12 @@ class ProxaiApp:
         await self._gate.wait_for_drain_request()
         with Failures("drain", self._count_failure).contain():
             await self._gate.drain()
+
+    def _count_pools(self) -> None:
+        if self._metrics is not None:
+            for name, client in self._clients.items():
+                stats = client.pool_statistics()
+                self._metrics.pools(name, stats.open, stats.idle, stats.listed)
 
     def _count_failure(self, task: str) -> None:
         if self._metrics is not None:
@@ -360,6 +368,7 @@ class ProxaiApp:
             body = b'{"service":"proxai","api":"/v1"}'
             await send_plain(downstream, 200, b"application/json", body, with_body=method == "GET")
         elif self._metrics is not None and path == self.config.metrics.path and method == "GET":
+            self._count_pools()
             body = self._metrics.exposition()
             await send_plain(downstream, 200, CONTENT_TYPE_LATEST.encode(), body)
         elif self.config.live_view.enabled and (path == PREFIX or path.startswith(PREFIX + "/")):
