@@ -101,6 +101,31 @@ async def test_the_sweep_survives_connections_leaving_the_pool_while_it_closes_o
         await upstream.wait_open_connections(0)
 
 
+async def test_concurrent_acquires_close_every_expired_connection_and_share_none(
+    start_upstream: Any,
+) -> None:
+    upstream = await start_upstream([Script.json({})])
+    pool = H11Transport(max_keepalive_connections=10, keepalive_expiry=0.01).pool
+    stale = [await pool.acquire("127.0.0.1", upstream.port, None) for _ in range(4)]
+    for connection in stale:
+        await pool.release(connection, reuse=True)
+    await trio.sleep(0.05)  # all four expire
+    taken: list[H11Connection] = []
+
+    async def take() -> None:
+        taken.append(await pool.acquire("127.0.0.1", upstream.port, None))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(3):
+            nursery.start_soon(take)
+    assert len(set(taken)) == 3 and not set(taken) & set(stale)
+    assert all(c.is_closed() for c in stale)
+    assert set(pool.connections) == set(taken)  # nothing expired left behind
+    for connection in taken:
+        await pool.release(connection, reuse=False)
+    assert pool.connections == []
+
+
 async def _burst(client: UpstreamClient, streams: int) -> None:
     async def one() -> None:
         async with client.open("POST", b"/v1/responses", b"", [], b"{}") as response:
