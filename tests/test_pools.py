@@ -25,6 +25,7 @@ from proxai.testing.raw_upstream import RawUpstream, raw_response
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, turn_bytes
 from proxai.upstream.client import UpstreamClient
 from proxai.upstream.h11_transport import H11Connection, H11Transport
+from tests.test_upstream_client import _burst as burst
 
 TURN1 = turn_bytes(TURN1_EVENTS)
 
@@ -126,17 +127,6 @@ async def test_concurrent_acquires_close_every_expired_connection_and_share_none
     assert pool.connections == []
 
 
-async def _burst(client: UpstreamClient, streams: int) -> None:
-    async def one() -> None:
-        async with client.open("POST", b"/v1/responses", b"", [], b"{}") as response:
-            async for _ in response.iter_body():
-                pass
-
-    async with trio.open_nursery() as nursery:
-        for _ in range(streams):
-            nursery.start_soon(one)
-
-
 @pytest.mark.parametrize("scheme", ["http", "https"])
 async def test_swept_connections_leave_the_pools_lists(
     scheme: str, start_upstream: Any, tls_upstream: Any, ca_file: str
@@ -150,7 +140,7 @@ async def test_swept_connections_leave_the_pools_lists(
     )
     client = UpstreamClient(config, TimeoutsConfig())
     for _ in range(3):  # bursts spread over several pools, then the sweep
-        await _burst(client, 24)
+        await burst(client, 24)
         await client.close_idle()
         # the closed ones are gone from the lists, not only closed
         assert listed(client) == client.pool_statistics().idle == 3

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import h11
 import trio
 
-from .upstream import RecordedRequest
+from .upstream import RecordedRequest, loopback_listeners, receive_request
 
 __all__ = ["RawUpstream", "raw_response"]
 
@@ -62,11 +62,7 @@ class RawUpstream:
 
     async def serve(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen on 127.0.0.1 (port 0) and serve until cancelled."""
-        tcp = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        self.port = tcp[0].socket.getsockname()[1]
-        listeners: list[trio.abc.Listener[trio.abc.Stream]] = list(tcp)
-        if self._ssl_context is not None:
-            listeners = [trio.SSLListener(t, self._ssl_context, https_compatible=True) for t in tcp]
+        self.port, listeners = await loopback_listeners(self._ssl_context)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(trio.serve_listeners, self._handle, listeners)
             task_status.started(self.base_url)
@@ -95,26 +91,8 @@ class RawUpstream:
         conn = h11.Connection(h11.SERVER)
         if pending:  # (an empty read is h11's end of stream)
             conn.receive_data(pending)
-        head: h11.Request | None = None
-        body: list[bytes] = []
-        while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                conn.receive_data(bytes(await stream.receive_some(65536)))
-            elif isinstance(event, h11.ConnectionClosed):
-                return None, b""
-            elif isinstance(event, h11.Request):
-                head = event
-            elif isinstance(event, h11.Data):
-                body.append(bytes(event.data))
-            elif isinstance(event, h11.EndOfMessage):
-                assert head is not None
-                request = RecordedRequest(
-                    method=head.method.decode(),
-                    target=head.target.decode(),
-                    headers=[(bytes(n), bytes(v)) for n, v in head.headers],
-                    body=b"".join(body),
-                    received_at=trio.current_time(),
-                )
-                self.requests.append(request)
-                return request, conn.trailing_data[0]
+        request = await receive_request(stream, conn)
+        if request is None:
+            return None, b""
+        self.requests.append(request)
+        return request, conn.trailing_data[0]
