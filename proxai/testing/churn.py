@@ -111,6 +111,9 @@ class ChurnReport:
     rss_before: int = 0
     rss_after: int = 0
     rss_peak: int = 0
+    #: (seconds into the load, RSS) at each sample: growth that levels off is the
+    #: allocator's high-water mark, growth that keeps on is memory kept per request.
+    rss_timeline: list[tuple[float, int]] = attrs.field(factory=list)
 
     @property
     def requests(self) -> int:
@@ -189,8 +192,16 @@ class ChurnReport:
                 f"proxai's RSS: {self.rss_before / mib:.1f} MiB before, "
                 f"{self.rss_peak / mib:.1f} MiB at most, {self.rss_after / mib:.1f} MiB after "
                 f"({(self.rss_after - self.rss_before) / mib:+.1f} MiB)",
+                f"proxai's RSS during the load: {self._rss_quarters()}",
             ]
         )
+
+    def _rss_quarters(self) -> str:
+        timeline = self.rss_timeline
+        if not timeline:
+            return "no sample"
+        picks = [timeline[min(len(timeline) - 1, len(timeline) * q // 4)] for q in (1, 2, 3, 4)]
+        return ", ".join(f"{rss / 1024 / 1024:.1f} MiB at {at:.0f} s" for at, rss in picks)
 
 
 # -- the upstream and the clients ----------------------------------------------------------
@@ -419,7 +430,9 @@ async def _sample(proxai: _Proxai, report: ChurnReport) -> None:
                 (await client.get(proxai.url + "/metrics")).text
             )
             report.samples += 1
-            report.rss_peak = max(report.rss_peak, proxai.rss())
+            rss = proxai.rss()
+            report.rss_peak = max(report.rss_peak, rss)
+            report.rss_timeline.append((trio.current_time() - started, rss))
             if ready.status_code != 200:
                 report.not_ready += 1
                 if report.first_not_ready is None:
