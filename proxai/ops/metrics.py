@@ -112,6 +112,22 @@ class Metrics:
             ["direction"],
             registry=registry,
         )
+        self.background_failures = Counter(
+            "proxai_background_failures",
+            "Failures of proxai's background tasks (the idle-connection sweep, the drain), "
+            "by task: each is logged and the task goes on.",
+            ["task"],
+            registry=registry,
+        )
+        self.pool_connections = Gauge(
+            "proxai_upstream_connections",
+            "Connections in an upstream's pools, by state: busy (serving a request), "
+            "idle (kept for reuse), closed (closed but still listed by a pool: always 0 "
+            "unless connections leak).",
+            ["upstream", "state"],
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
         self.tokens = Counter(
             "proxai_usage_tokens",
             "Tokens the upstreams reported in usage, by model and kind.",
@@ -165,6 +181,13 @@ class Metrics:
             self.bytes.labels("out").inc(outcome.bytes_out)
         for token_kind, count in usage_tokens(outcome.usage).items():
             self.tokens.labels(model, token_kind).inc(count)
+
+    def pools(self, upstream: str, open: int, idle: int, listed: int) -> None:
+        """An upstream's pools now (set after each idle sweep, and before each scrape)."""
+        gauge = self.pool_connections
+        gauge.labels(upstream, "busy").set(open - idle)
+        gauge.labels(upstream, "idle").set(idle)
+        gauge.labels(upstream, "closed").set(listed - open)
 
     def attempt(self, attempt: AttemptRecord, index: int) -> None:
         """An upstream attempt was decided (counted at once, not when the request ends)."""

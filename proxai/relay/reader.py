@@ -124,6 +124,9 @@ async def read_body(
             pieces = decoder.feed(data) if decoder is not None else (data,)
             if not await _frame(pieces, framer, channel, clock, at, max_event_bytes):
                 return
+        if response.anomaly is not None:
+            outcome.anomalies.append(response.anomaly)
+            log.warning("request %s: %s", outcome.request_id, response.anomaly)
         if decoder is not None:
             assert framer is not None  # only an event stream is decoded
             rest = decoder.close()

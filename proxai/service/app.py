@@ -57,6 +57,7 @@ from ..wire.headers import Headers
 from ..wire.json_body import dumps_kept, load_json_object
 from ..wire.query import query_for_upstream
 from .asgi_io import AsgiDownstream, ASGIReceive, ASGISend, read_body, send_plain
+from .background import Failures
 from .gate import Gate
 from .live_view import PREFIX, LiveView
 
@@ -153,6 +154,8 @@ class ProxaiApp:
             bound_to_loopback=is_loopback(config.server.host),
         )
         self._clients: dict[str, UpstreamClient] = {}
+        #: Started once and shut down since: /healthz says "stopped", not "starting".
+        self._stopped = False
         self._upstream_factory = upstream_factory
         self._on_outcome = on_outcome
         self._relays: set[Relay] = set()
@@ -184,9 +187,15 @@ class ProxaiApp:
         return self._gate.in_flight
 
     @property
+    def serving(self) -> bool:
+        """Started, and its upstream clients open (until the lifespan ends, however it
+        ends): what ``/healthz`` reports. Draining still serves."""
+        return bool(self._clients)
+
+    @property
     def ready(self) -> bool:
-        """Started and not draining: what ``/readyz`` reports."""
-        return bool(self._clients) and not self._gate.draining
+        """Serving and not draining: what ``/readyz`` reports."""
+        return self.serving and not self._gate.draining
 
     async def startup(self) -> None:
         """Open a connection pool per upstream (lifespan startup)."""
@@ -198,6 +207,8 @@ class ProxaiApp:
     async def shutdown(self) -> None:
         """Close the upstream connection pools (lifespan shutdown)."""
         self._sweeping.cancel()
+        if self._clients:
+            self._stopped = True
         clients, self._clients = self._clients, {}
         for client in clients.values():
             await client.aclose()
@@ -240,18 +251,36 @@ class ProxaiApp:
         """Close idle upstream connections once they expire, with or without traffic,
         as nginx's ``keepalive_timeout`` does: httpcore only looks at a pool's idle
         connections when a request comes to it, so a burst would otherwise leave its
-        connections open for good."""
+        connections open for good. A failed sweep is reported and the next one runs
+        (:mod:`proxai.service.background`): it must never end the lifespan."""
         upstreams = self.config.all_upstreams()
         interval = min((u.keepalive_expiry for _, u in upstreams), default=math.inf) / 2
+        failures = Failures("idle_sweep", self._count_failure)
         with self._sweeping:
             while True:
                 await trio.sleep(interval)
                 for client in list(self._clients.values()):
-                    await client.close_idle()
+                    with failures.contain():
+                        await client.close_idle()
+                with failures.contain():
+                    self._count_pools()
 
     async def _drain_when_asked(self) -> None:
+        """Drain once asked to. Should the drain fail, the streams still open are left to
+        hypercorn's graceful timeout; the lifespan, and with it the pools, goes on."""
         await self._gate.wait_for_drain_request()
-        await self._gate.drain()
+        with Failures("drain", self._count_failure).contain():
+            await self._gate.drain()
+
+    def _count_pools(self) -> None:
+        if self._metrics is not None:
+            for name, client in self._clients.items():
+                stats = client.pool_statistics()
+                self._metrics.pools(name, stats.open, stats.idle, stats.listed)
+
+    def _count_failure(self, task: str) -> None:
+        if self._metrics is not None:
+            self._metrics.background_failures.labels(task).inc()
 
     async def _lifespan_messages(self, receive: ASGIReceive, send: ASGISend) -> None:
         while True:
@@ -339,6 +368,7 @@ class ProxaiApp:
             body = b'{"service":"proxai","api":"/v1"}'
             await send_plain(downstream, 200, b"application/json", body, with_body=method == "GET")
         elif self._metrics is not None and path == self.config.metrics.path and method == "GET":
+            self._count_pools()
             body = self._metrics.exposition()
             await send_plain(downstream, 200, CONTENT_TYPE_LATEST.encode(), body)
         elif self.config.live_view.enabled and (path == PREFIX or path.startswith(PREFIX + "/")):
@@ -599,12 +629,21 @@ class ProxaiApp:
             self._on_outcome(outcome)
 
     async def _health(self, path: str, method: str, downstream: AsgiDownstream) -> None:
-        ok = path == "/healthz" or self.ready
-        body = b'{"status":"ok"}' if ok else b'{"status":"draining"}'
-        if not self._clients and path == "/readyz":
-            body = b'{"status":"starting"}'
+        """``/healthz``: 200 while proxai can serve (draining included), else 503;
+        ``/readyz``: 200 while it takes new requests."""
+        if not self.serving:
+            status = "stopped" if self._stopped else "starting"
+        elif path == "/readyz" and not self.ready:
+            status = "draining"
+        else:
+            status = "ok"
+        body = b'{"status":"%s"}' % status.encode()
         await send_plain(
-            downstream, 200 if ok else 503, b"application/json", body, with_body=method == "GET"
+            downstream,
+            200 if status == "ok" else 503,
+            b"application/json",
+            body,
+            with_body=method == "GET",
         )
 
 

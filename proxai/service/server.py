@@ -56,6 +56,10 @@ def hypercorn_config(config: Config) -> HypercornConfig:
     hc.h2_max_header_list_size = server.max_header_bytes
     # proxai's drain ends every stream within the shutdown budget; this is a backstop.
     hc.graceful_timeout = shutdown_budget(server) + 1.0
+    # Hypercorn's default listen backlog (100) drops the SYNs of a burst of new
+    # connections past it, and each of those clients waits 1 s (then 3 s) to retry: take
+    # as many as the kernel allows (net.core.somaxconn caps it), as trio's listeners do.
+    hc.backlog = socket.SOMAXCONN
     if server.certfile is not None:
         hc.certfile, hc.keyfile = server.certfile, server.keyfile
         if server.ca_certs is not None:
@@ -149,7 +153,12 @@ async def serve(
 
     async def on_trigger() -> None:
         assert shutdown_trigger is not None
-        await shutdown_trigger()
+        try:
+            await shutdown_trigger()
+        except Exception:
+            # A trigger that fails must not stop the serving: signals still stop it.
+            log.exception("the shutdown trigger failed; serving on (SIGTERM still stops)")
+            return
         triggered.set()
 
     async def trigger() -> None:

@@ -39,6 +39,7 @@ __all__ = ["run_workers"]
 
 log = logging.getLogger("proxai")
 _POLL = 0.1  # seconds between the parent's looks at its workers
+_RESTART_BACKOFF = 1.0  # seconds before trying again to start a worker that failed to start
 
 
 def _worker_main(
@@ -103,17 +104,36 @@ def run_workers(config: Config, log_level: str | None = None) -> int:
         urls = [_url("http", s) for s in sockets.insecure_sockets]
         urls += [_url("https", s) for s in sockets.secure_sockets]
         log.info("proxai listening on %s, %d workers", ", ".join(urls), config.server.workers)
+        missing = 0  # workers that died and could not be replaced yet
+        retry_at = 0.0
         while not stopping:
-            multiprocessing.connection.wait([p.sentinel for p in processes], timeout=_POLL)
+            sentinels = [p.sentinel for p in processes]
+            if sentinels:
+                multiprocessing.connection.wait(sentinels, timeout=_POLL)
+            else:
+                time.sleep(_POLL)
             for process in [p for p in processes if p.exitcode is not None]:
                 processes.pop(process).close()
                 if process.pid is not None:
-                    prometheus_multiprocess.mark_process_dead(process.pid)  # type: ignore[no-untyped-call]
+                    try:
+                        prometheus_multiprocess.mark_process_dead(process.pid)  # type: ignore[no-untyped-call]
+                    except OSError:
+                        log.exception("could not clear the metrics of worker %s", process.pid)
                 if not stopping:
                     log.error(
                         "worker %s exited with %s; starting another", process.pid, process.exitcode
                     )
+                    missing += 1
+            # A worker that cannot be started now (out of memory, of processes) is
+            # retried every _RESTART_BACKOFF seconds: the others serve on meanwhile.
+            while missing and not stopping and time.monotonic() >= retry_at:
+                try:
                     start()
+                except Exception:
+                    log.exception("could not start a worker; retrying in %.0f s", _RESTART_BACKOFF)
+                    retry_at = time.monotonic() + _RESTART_BACKOFF
+                else:
+                    missing -= 1
         for pipe in processes.values():
             pipe.close()  # each worker sees EOF and drains
         # The workers drain within the budget; a spawned process then needs a moment to exit.

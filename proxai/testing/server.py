@@ -45,13 +45,14 @@ class RunningProxai:
 
 @asynccontextmanager
 async def open_proxai(
-    upstream_url: str, /, *, api_key: str | None = "sk-upstream-test", **tables: dict[str, Any]
+    upstream_url: str, /, *, api_key: str | None = "sk-upstream-test", **tables: Any
 ) -> AsyncIterator[RunningProxai]:
     """Start proxai on 127.0.0.1 with an OS-chosen port, in front of ``upstream_url``.
 
-    Extra keyword arguments are config tables, e.g. ``timeouts={"first_byte": 0.5}``.
+    Extra keyword arguments are config tables, e.g. ``timeouts={"first_byte": 0.5}``
+    (``routes``: a list of them).
     """
-    overrides: dict[str, dict[str, Any]] = {
+    overrides: dict[str, Any] = {
         "server": {"host": "127.0.0.1", "port": 0, **tables.pop("server", {})},
         "upstream": {"base_url": upstream_url, "api_key": api_key, **tables.pop("upstream", {})},
         **tables,

@@ -217,6 +217,42 @@ class RecordedRequest:
 Responder = Callable[[RecordedRequest], Script]
 
 
+async def loopback_listeners(
+    ssl_context: ssl.SSLContext | None,
+) -> tuple[int, list[trio.abc.Listener[trio.abc.Stream]]]:
+    """Listeners on 127.0.0.1, on a port the OS chose (https with ``ssl_context``)."""
+    tcp = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    listeners: list[trio.abc.Listener[trio.abc.Stream]] = list(tcp)
+    if ssl_context is not None:
+        listeners = [trio.SSLListener(t, ssl_context, https_compatible=True) for t in tcp]
+    return tcp[0].socket.getsockname()[1], listeners
+
+
+async def receive_request(stream: trio.abc.Stream, conn: h11.Connection) -> RecordedRequest | None:
+    """The next whole request on ``conn`` (a server's), or ``None`` once the client closed."""
+    head: h11.Request | None = None
+    body: list[bytes] = []
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(bytes(await stream.receive_some(65536)))
+        elif isinstance(event, h11.ConnectionClosed):
+            return None
+        elif isinstance(event, h11.Request):
+            head = event
+        elif isinstance(event, h11.Data):
+            body.append(bytes(event.data))
+        elif isinstance(event, h11.EndOfMessage):
+            assert head is not None
+            return RecordedRequest(
+                method=head.method.decode(),
+                target=head.target.decode(),
+                headers=[(bytes(n), bytes(v)) for n, v in head.headers],
+                body=b"".join(body),
+                received_at=trio.current_time(),
+            )
+
+
 class ScriptedUpstream:
     """Serve scripts on a loopback port chosen by the OS.
 
@@ -256,11 +292,7 @@ class ScriptedUpstream:
 
     async def serve(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen on 127.0.0.1 (port 0) and serve until cancelled."""
-        tcp = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        self.port = tcp[0].socket.getsockname()[1]
-        listeners: list[trio.abc.Listener[trio.abc.Stream]] = list(tcp)
-        if self._ssl_context is not None:
-            listeners = [trio.SSLListener(t, self._ssl_context, https_compatible=True) for t in tcp]
+        self.port, listeners = await loopback_listeners(self._ssl_context)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(trio.serve_listeners, self._handle, listeners)
             task_status.started(self.base_url)
@@ -315,33 +347,12 @@ class ScriptedUpstream:
     async def _read_request(
         self, stream: trio.abc.Stream, conn: h11.Connection
     ) -> RecordedRequest | None:
-        head: h11.Request | None = None
-        body: list[bytes] = []
-        while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                data = await stream.receive_some(65536)
-                conn.receive_data(bytes(data))
-                continue
-            if isinstance(event, h11.ConnectionClosed):
-                return None
-            if isinstance(event, h11.Request):
-                head = event
-            elif isinstance(event, h11.Data):
-                body.append(bytes(event.data))
-            elif isinstance(event, h11.EndOfMessage):
-                assert head is not None
-                request = RecordedRequest(
-                    method=head.method.decode(),
-                    target=head.target.decode(),
-                    headers=[(bytes(n), bytes(v)) for n, v in head.headers],
-                    body=b"".join(body),
-                    received_at=trio.current_time(),
-                )
-                self.requests.append(request)
-                async with self._request_arrived:
-                    self._request_arrived.notify_all()
-                return request
+        request = await receive_request(stream, conn)
+        if request is not None:
+            self.requests.append(request)
+            async with self._request_arrived:
+                self._request_arrived.notify_all()
+        return request
 
     async def _respond(
         self, stream: trio.abc.Stream, conn: h11.Connection, request: RecordedRequest

@@ -14,9 +14,9 @@ import ssl
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
+from typing import Any, Protocol
 
 import attrs
-import httpcore
 import httpx
 
 from ..config import TimeoutsConfig, UpstreamConfig
@@ -24,8 +24,9 @@ from ..errors import ProxyError
 from ..outcome import OutcomeKind
 from ..protocols.table import UPSTREAM_PROTOCOLS
 from ..wire.headers import Headers, request_headers_for_upstream
+from .framing import UpstreamBody, conflicting_framing, surplus_anomaly
 from .h11_transport import H11Pool, H11Transport
-from .transport import PoolTransport
+from .transport import PoolTransport, SweptPool
 
 __all__ = [
     "ConnectionState",
@@ -61,6 +62,7 @@ class UpstreamResponse:
     status: int
     headers: Headers
     _response: httpx.Response
+    method: str = "POST"  # the request's
 
     async def iter_body(self) -> AsyncIterator[bytes]:
         """Body bytes as they arrive, undecoded; raises :class:`UpstreamBroken`."""
@@ -69,6 +71,15 @@ class UpstreamResponse:
                 yield chunk
         except (httpx.ReadError, httpx.RemoteProtocolError) as exc:
             raise UpstreamBroken(str(exc) or type(exc).__name__) from exc
+
+    @property
+    def anomaly(self) -> str | None:
+        """Once the body is read: what was wrong with its framing, if anything (the
+        connection was then closed; see :mod:`proxai.upstream.framing`)."""
+        stream = self._response.stream
+        if isinstance(stream, UpstreamBody) and stream.surplus:
+            return surplus_anomaly(self.method, self.status, self.headers, stream.surplus)
+        return None
 
 
 class UrlCache:
@@ -99,6 +110,14 @@ class UrlCache:
         return url
 
 
+class PooledConnection(Protocol):
+    """What the sweep asks of a connection, in either pool."""
+
+    def is_idle(self) -> bool: ...
+    def is_closed(self) -> bool: ...
+    def has_expired(self) -> bool: ...
+
+
 @attrs.frozen
 class ConnectionState:
     """What the idle-connection sweep needs to know of one pooled connection."""
@@ -112,7 +131,8 @@ def connections_to_close(
 ) -> list[tuple[int, int]]:
     """The (pool, index) of every idle connection to close now: the expired ones, and
     those past the first ``max_idle`` idle ones, counted in pool order (the light load
-    goes to the first pool, and httpcore reuses the first idle connection of a pool)."""
+    goes to the first pool, and each pool lists its idle connections in the order it
+    reuses them: httpcore the first one first, the h11 pool the last released)."""
     closing: list[tuple[int, int]] = []
     kept = 0
     for p, pool in enumerate(pools):
@@ -128,10 +148,12 @@ def connections_to_close(
 
 @attrs.frozen
 class PoolStatistics:
-    """The connections of one upstream's pools, open or idle."""
+    """The connections of one upstream's pools: open, idle, and listed (every connection
+    object the pools hold, closed or not: a closed one still listed is a leak)."""
 
     open: int
     idle: int
+    listed: int
 
 
 def _own_headers(upstream: UpstreamConfig) -> list[tuple[bytes, bytes]]:
@@ -226,29 +248,37 @@ class UpstreamClient:
             keepalive_expiry=upstream.keepalive_expiry,
         )
 
-    def _pools(self) -> list[httpcore.AsyncConnectionPool | H11Pool]:
+    def _pools(self) -> list[SweptPool | H11Pool]:
         # A transport without a pool (a test's in-memory transport) has no connections
         # to sweep.
         return [t.pool for t in self._transports if isinstance(t, PoolTransport | H11Transport)]
 
     def pool_statistics(self) -> PoolStatistics:
-        connections = [c for p in self._pools() for c in p.connections if not c.is_closed()]
-        return PoolStatistics(len(connections), sum(1 for c in connections if c.is_idle()))
+        listed = [c for p in self._pools() for c in p.connections]
+        connections = [c for c in listed if not c.is_closed()]
+        return PoolStatistics(
+            len(connections), sum(1 for c in connections if c.is_idle()), len(listed)
+        )
 
     async def close_idle(self) -> int:
         """Close the expired idle connections and those over ``max_idle_connections``;
-        how many were closed."""
-        pools = [p.connections for p in self._pools()]
-        states = [[ConnectionState(c.is_idle(), c.has_expired()) for c in p] for p in pools]
-        closed = 0
+        how many were closed.
+
+        Decided at once on a snapshot of every pool, then done pool by pool on the
+        connections themselves (not on positions in lists that requests change while
+        a close awaits): each pool takes the chosen ones out of its list and closes those
+        still idle, since a request may have taken one meanwhile.
+        """
+        pools = self._pools()
+        snapshots: list[Sequence[PooledConnection]] = [p.connections for p in pools]
+        states = [[ConnectionState(c.is_idle(), c.has_expired()) for c in s] for s in snapshots]
+        chosen: list[list[Any]] = [[] for _ in pools]
         for p, i in connections_to_close(states, self.config.max_idle_connections):
-            connection = pools[p][i]
-            # A request may have taken it while an earlier one was closing. Checked
-            # with no await in between: aclose() marks it closed before it awaits, so
-            # no request can take it after this check.
-            if connection.is_idle():
-                await connection.aclose()
-                closed += 1
+            chosen[p].append(snapshots[p][i])
+        closed = 0
+        for pool, connections in zip(pools, chosen, strict=True):
+            if connections:
+                closed += await pool.close_idle(connections)
         return closed
 
     def url_for(self, raw_path: bytes, query: bytes) -> httpx.URL:
@@ -284,7 +314,8 @@ class UpstreamClient:
     ) -> AsyncIterator[UpstreamResponse]:
         """Send the request; yield once the response headers are in; close on exit.
 
-        Raises :class:`ProxyError` (502) when no connection can be made.
+        Raises :class:`ProxyError` (502) when no connection can be made, or when the
+        response's framing is contradictory (:mod:`proxai.upstream.framing`).
         """
         busy = self._busy
         shard = next((i for i, n in enumerate(busy) if n < SHARD_REQUESTS), None)
@@ -293,8 +324,21 @@ class UpstreamClient:
         busy[shard] += 1
         try:
             response = await self._send(shard, method, raw_path, query, client_headers, body)
+            if conflicting_framing(response.headers.raw):
+                # Closed unread: its connection goes too.
+                await response.aclose()
+                raise ProxyError(
+                    502,
+                    "the upstream sent both Content-Length and Transfer-Encoding, which "
+                    "HTTP forbids (RFC 9112, section 6.3): its body cannot be relayed",
+                    "server_error",
+                    code="upstream_invalid_response",
+                    kind=OutcomeKind.PROXY_ERROR,
+                )
             try:
-                yield UpstreamResponse(response.status_code, list(response.headers.raw), response)
+                yield UpstreamResponse(
+                    response.status_code, list(response.headers.raw), response, method
+                )
             finally:
                 await response.aclose()
         finally:

@@ -7,18 +7,22 @@ h11 and yields the body's bytes, with nothing entered per read. httpx stays the
 client API (this is an ``httpx.AsyncBaseTransport``); https upstreams keep
 :class:`~proxai.upstream.transport.PoolTransport` (TLS, verification).
 
-A connection goes back to the pool only when its response was read to the end
-and both sides may start another cycle; any other end closes it.
+A connection goes back to the pool only when its response was read to the end,
+both sides may start another cycle, and nothing is left over: bytes past the
+response's end (:mod:`proxai.upstream.framing`) would answer the next request.
+Any other end closes it.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 
 import h11
 import httpx
 import trio
+
+from .framing import UpstreamBody
 
 __all__ = ["H11Pool", "H11Transport"]
 
@@ -34,6 +38,8 @@ class H11Connection:
         self._expiry = keepalive_expiry
         self._idle_since: float | None = None
         self._closed = False
+        #: Bytes the upstream sent past the end of the last response (read with it).
+        self.surplus = 0
 
     def is_idle(self) -> bool:
         return self._idle_since is not None and not self._closed
@@ -53,9 +59,13 @@ class H11Connection:
     def take(self) -> None:
         self._idle_since = None
 
-    async def aclose(self) -> None:
+    def retire(self) -> None:
+        """Closed from now on, as far as any request can tell (:meth:`aclose` does the I/O)."""
         self._closed = True
         self._idle_since = None
+
+    async def aclose(self) -> None:
+        self.retire()
         await self._stream.aclose()
 
     async def send(self, request: httpx.Request) -> tuple[int, list[tuple[bytes, bytes]]]:
@@ -105,6 +115,7 @@ class H11Connection:
             if isinstance(event, h11.Data):
                 yield bytes(event.data)
             elif isinstance(event, h11.EndOfMessage):
+                self.surplus = len(self._h11.trailing_data[0])
                 return
             elif isinstance(event, h11.ConnectionClosed):
                 raise httpx.RemoteProtocolError(
@@ -112,7 +123,11 @@ class H11Connection:
                 )
 
     def reusable(self) -> bool:
-        """The exchange ended cleanly and both sides may go on: start the next cycle."""
+        """The exchange ended cleanly, both sides may go on and nothing is left unread
+        (nor has the upstream closed): start the next cycle."""
+        left, closed = self._h11.trailing_data
+        if left or closed:
+            return False
         if self._h11.our_state is h11.DONE and self._h11.their_state is h11.DONE:
             self._h11.start_next_cycle()
             return True
@@ -123,22 +138,45 @@ class H11Connection:
 
 
 class H11Pool:
-    """The connections to one origin (sweeps read :attr:`connections`)."""
+    """The connections to one origin: the idle ones a stack (the last released is the
+    next taken, as in nginx's keepalive cache: a light load keeps reusing its warm
+    connections, the others expire), the busy ones a set.
+
+    Every change to them is synchronous and made before any await: a connection leaves
+    the pool, then it is closed. So no task that awaits ever sees them change under it,
+    and what :attr:`connections` returns is a snapshot, not the live lists.
+    """
 
     def __init__(self, max_keepalive_connections: int, keepalive_expiry: float) -> None:
-        self.connections: list[H11Connection] = []
+        self._idle: list[H11Connection] = []
+        self._busy: set[H11Connection] = set()
         self._max_idle = max_keepalive_connections
         self._expiry = keepalive_expiry
 
+    @property
+    def connections(self) -> list[H11Connection]:
+        """Every connection of the pool now: the idle ones in the order they would be
+        taken, then the busy ones."""
+        return [*reversed(self._idle), *self._busy]
+
     async def acquire(self, host: str, port: int, connect_timeout: float | None) -> H11Connection:
-        """The first idle connection still good, else a new one."""
-        for connection in self.connections:
-            if connection.is_idle():
-                if connection.has_expired():
-                    await self._drop(connection)
-                    continue
-                connection.take()
-                return connection
+        """The idle connection released last, if still good (expired ones on the way are
+        closed), else a new one."""
+        expired: list[H11Connection] = []
+        taken: H11Connection | None = None
+        while self._idle:
+            connection = self._idle.pop()
+            if not connection.has_expired():
+                taken = connection
+                break
+            connection.retire()
+            expired.append(connection)
+        if taken is not None:
+            taken.take()
+            self._busy.add(taken)
+        await _close(expired)
+        if taken is not None:
+            return taken
         try:
             with trio.fail_after(float("inf") if connect_timeout is None else connect_timeout):
                 stream = await trio.open_tcp_stream(host, port)
@@ -147,29 +185,49 @@ class H11Pool:
         except OSError as exc:
             raise httpx.ConnectError(str(exc) or type(exc).__name__) from exc
         connection = H11Connection(stream, self._expiry)
-        self.connections.append(connection)
+        self._busy.add(connection)
         return connection
 
     async def release(self, connection: H11Connection, *, reuse: bool) -> None:
-        idle = sum(1 for c in self.connections if c.is_idle())
-        if reuse and not connection.is_closed() and idle < self._max_idle:
+        """A request is done with ``connection``: kept idle if it may be reused and the
+        pool has room, else closed."""
+        self._busy.discard(connection)
+        if reuse and not connection.is_closed() and len(self._idle) < self._max_idle:
             connection.release()
+            self._idle.append(connection)
             return
-        await self._drop(connection)
+        connection.retire()
+        await _close([connection])
 
-    async def _drop(self, connection: H11Connection) -> None:
-        if connection in self.connections:
-            self.connections.remove(connection)
-        if not connection.is_closed():
-            with trio.CancelScope(shield=True):
-                await connection.aclose()
+    async def close_idle(self, connections: Iterable[H11Connection]) -> int:
+        """Close those of ``connections`` (a snapshot of :attr:`connections`) that are
+        still idle; how many. A request may have taken one since."""
+        doomed = {c for c in connections if c.is_idle()}  # idle: in self._idle
+        if not doomed:
+            return 0
+        self._idle = [c for c in self._idle if c not in doomed]
+        for connection in doomed:
+            connection.retire()
+        await _close(doomed)
+        return len(doomed)
 
     async def aclose(self) -> None:
-        for connection in list(self.connections):
-            await self._drop(connection)
+        closing = [*self._idle, *self._busy]
+        self._idle, self._busy = [], set()
+        for connection in closing:
+            connection.retire()
+        await _close(closing)
 
 
-class _Body(httpx.AsyncByteStream):
+async def _close(connections: Iterable[H11Connection]) -> None:
+    """Close connections already out of their pool (shielded: a cancelled request
+    must not leave its socket to the garbage collector)."""
+    with trio.CancelScope(shield=True):
+        for connection in connections:
+            await connection.aclose()
+
+
+class _Body(UpstreamBody):
     def __init__(self, pool: H11Pool, connection: H11Connection) -> None:
         self._pool = pool
         self._connection = connection
@@ -179,6 +237,7 @@ class _Body(httpx.AsyncByteStream):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for part in self._connection.body():
             yield part
+        self.surplus = self._connection.surplus
         self._complete = True
 
     async def aclose(self) -> None:

@@ -24,11 +24,14 @@ import typing
 from collections.abc import AsyncIterator, Iterable, Iterator
 from contextlib import contextmanager
 
+import h11
 import httpcore
 import httpx
 import trio
 
-__all__ = ["LeanTrioBackend", "PoolTransport"]
+from .framing import UpstreamBody
+
+__all__ = ["LeanTrioBackend", "PoolTransport", "SweptPool"]
 
 _Option = tuple[int, int, int] | tuple[int, int, bytes | bytearray] | tuple[int, int, None, int]
 
@@ -157,7 +160,16 @@ def _as_httpx() -> Iterator[None]:
         raise getattr(httpx, type(exc).__name__, httpx.TransportError)(str(exc)) from exc
 
 
-class _ResponseStream(httpx.AsyncByteStream):
+def _h11_state(stream: object) -> h11.Connection | None:
+    """The h11 connection under an httpcore HTTP/1.1 response: the pool's byte stream
+    wraps the connection's, which holds its connection, which holds the h11 state.
+    httpcore keeps all three private; this is the one place that reads them."""
+    connection = getattr(getattr(stream, "_stream", None), "_connection", None)
+    state = getattr(connection, "_h11_state", None)
+    return state if isinstance(state, h11.Connection) else None
+
+
+class _ResponseStream(UpstreamBody):
     def __init__(self, stream: typing.AsyncIterable[bytes]) -> None:
         self._stream = stream
 
@@ -165,11 +177,45 @@ class _ResponseStream(httpx.AsyncByteStream):
         with _as_httpx():
             async for part in self._stream:
                 yield part
+        state = _h11_state(self._stream)
+        if state is not None and state.trailing_data[0]:
+            # httpcore would start the next cycle with these bytes still buffered, and
+            # answer the next request from them. Failing our side of the exchange makes
+            # it close the connection when the response closes, and drop it from the pool.
+            self.surplus = len(state.trailing_data[0])
+            state.send_failed()
 
     async def aclose(self) -> None:
         close = getattr(self._stream, "aclose", None)
         if close is not None:
             await close()
+
+
+class SweptPool(httpcore.AsyncConnectionPool):
+    """httpcore's pool, with a way to close idle connections when no request comes.
+
+    httpcore takes a connection out of its list before it closes one, and forgets a
+    connection closed while still listed only when its next request comes: one closed
+    behind its back would stay listed for as long as the pool gets no traffic. So
+    :meth:`close_idle` does as httpcore does: out of the list, then closed. (It reads
+    the pool's list and its requests, httpcore's own state: this is the one place that
+    does.)
+    """
+
+    async def close_idle(self, connections: Iterable[httpcore.AsyncConnectionInterface]) -> int:
+        """Close those of ``connections`` (a snapshot of :attr:`connections`) still idle
+        and in the pool; how many."""
+        with self._optional_thread_lock:
+            listed = {id(c) for c in self._connections}
+            # A connection assigned to a request that has not started on it yet is idle.
+            assigned = {id(r.connection) for r in self._requests if r.connection is not None}
+            doomed = [
+                c for c in connections if c.is_idle() and id(c) in listed and id(c) not in assigned
+            ]
+            gone = {id(c) for c in doomed}
+            self._connections = [c for c in self._connections if id(c) not in gone]
+        await self._close_connections(doomed)
+        return len(doomed)
 
 
 class PoolTransport(httpx.AsyncBaseTransport):
@@ -182,7 +228,7 @@ class PoolTransport(httpx.AsyncBaseTransport):
         max_keepalive_connections: int,
         keepalive_expiry: float,
     ) -> None:
-        self.pool = httpcore.AsyncConnectionPool(
+        self.pool = SweptPool(
             ssl_context=httpx.create_ssl_context(verify=verify, trust_env=False),
             max_connections=None,
             max_keepalive_connections=max_keepalive_connections,
