@@ -9,7 +9,10 @@ import httpx
 import pytest
 import trio
 
-from proxai.outcome import OutcomeKind
+from proxai.errors import ErrorShape
+from proxai.outcome import Outcome, OutcomeKind
+from proxai.relay.messages import ToWriter
+from proxai.relay.writer import Writer
 from proxai.testing import Close, Reset, Script, Send, Sleep, Stall, sse_event
 from proxai.testing.seed import (
     TURN1_EVENTS,
@@ -514,3 +517,32 @@ async def test_a_hundred_concurrent_streams_are_byte_exact(
         outcomes = await px.wait_for_outcomes(100)
     assert sorted(results) == sorted([TURN1] * 50 + [TURN2] * 50)
     assert all(o.kind is OutcomeKind.COMPLETED for o in outcomes)
+
+
+async def test_a_writer_whose_observer_ended_without_a_word_leaves_the_request_alone() -> None:
+    # The observer closes its channel unsent only when the reader failed. The writer must
+    # not cancel the request then: the reader may be in a checkpoint of its cleanup, and
+    # a Cancelled there would replace its error (seen as a lost RuntimeError, 1 run in 8).
+    class Nowhere:
+        async def send_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+            raise AssertionError("nothing to send")
+
+        async def send_body(self, data: bytes, *, more: bool = True) -> None:
+            raise AssertionError("nothing to send")
+
+        async def wait_disconnect(self) -> None:
+            await trio.sleep_forever()
+
+    writer = Writer(
+        Nowhere(),
+        Outcome("POST", "/v1/responses"),
+        client_write=1.0,
+        error_shape=ErrorShape.OPENAI,
+        response_headers=(),
+        tap=None,
+    )
+    send, receive = trio.open_memory_channel[ToWriter](1)
+    send.close()
+    scope = trio.CancelScope()
+    await writer.run(receive, scope)
+    assert not scope.cancel_called

@@ -109,7 +109,13 @@ class Writer:
         """Write until the observer closes ``channel``, then cancel ``request_scope`` (the
         response is done, so the disconnect watcher can stop)."""
         async with channel:
-            message: ToWriter | None = await channel.receive()
+            try:
+                message: ToWriter | None = await channel.receive()
+            except trio.EndOfChannel:
+                # The observer ended without a word: the reader failed, and its error is
+                # the request's. Cancelling here could catch the reader in a checkpoint
+                # of its cleanup and replace that error with a Cancelled.
+                return
             if isinstance(message, Head):
                 head = message
                 # The head is held until the first body bytes: until then the stream
