@@ -1,17 +1,30 @@
-"""The sans-io layers stay sans-io: importing them loads no trio, hypercorn or httpx."""
+"""The layers stay layers: the sans-io ones load no trio, hypercorn or httpx, and every
+import points down (a module imports its own package and the layers below, nothing above)."""
 
 from __future__ import annotations
 
+import ast
 import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import proxai
 
 #: Packages and modules of pure protocol logic and decisions: bytes, events and the time in.
-SANS_IO = ["wire", "protocols", "policy", "translate", "outcome", "errors", "config", "converters"]
+SANS_IO = [
+    "wire",
+    "protocols",
+    "policy",
+    "translate",
+    "outcome",
+    "errors",
+    "config",
+    "config_file",
+    "converters",
+]
 SANS_IO_MODULES = ["proxai.relay.ending", "proxai.relay.messages"]
 IO_LIBRARIES = ("trio", "hypercorn", "httpx", "httpcore", "anyio")
 
@@ -36,3 +49,64 @@ def test_sans_io_module_imports_no_io_library(module: str) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.split()
     assert loaded == [], f"{module} pulls in {loaded}"
+
+
+#: proxai's packages and top-level modules from the ground up; one may import those of
+#: lower layers only (those of one layer stay independent of each other).
+LAYERS: list[set[str]] = [
+    {"converters", "outcome"},
+    {"config", "errors"},  # the records everything shares
+    {"wire"},
+    {"protocols"},
+    {"policy", "translate"},
+    {"config_file", "upstream", "ops"},
+    {"relay"},
+    {"service"},
+    {"testing"},
+    {"demo"},
+    {"cli", "asgi"},
+    {"__main__"},
+]
+LAYER_OF = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
+ROOT = Path(proxai.__path__[0])
+
+
+def _unit(module: str) -> str:
+    """The package or top-level module of ``proxai.x.y``: ``x``."""
+    return module.split(".")[1]
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """The proxai modules ``path`` imports (``TYPE_CHECKING`` ones too), by line."""
+    parts = ["proxai", *path.relative_to(ROOT).with_suffix("").parts]
+    package = parts[:-1]  # what a relative import starts from (a package's own __init__ too)
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                found.append((node.lineno, ".".join([*base, *filter(None, [node.module])])))
+            elif node.module is not None and node.module.startswith("proxai."):
+                found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("proxai.")]
+    return found
+
+
+def test_every_package_has_a_layer() -> None:
+    units = {m.name for m in pkgutil.iter_modules(proxai.__path__)}
+    assert units - set(LAYER_OF) == set(), "give each new package or module a layer"
+
+
+def test_imports_point_down() -> None:
+    upward = []
+    for path in sorted(ROOT.rglob("*.py")):
+        if path == ROOT / "__init__.py":
+            continue
+        importer = _unit(".".join(["proxai", *path.relative_to(ROOT).with_suffix("").parts]))
+        for line, module in _imports(path):
+            if module == "proxai" or _unit(module) == importer:
+                continue
+            if LAYER_OF[_unit(module)] >= LAYER_OF[importer]:
+                upward.append(f"{path.relative_to(ROOT.parent)}:{line} imports {module}")
+    assert upward == []

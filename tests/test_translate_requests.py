@@ -35,6 +35,7 @@ from openai.types.responses.response_create_params import (
     ResponseCreateParamsStreaming,
 )
 
+from proxai.config import MaxTokensField, TranslationOptions
 from proxai.errors import ProxyError
 from proxai.protocols.names import WireApi
 from proxai.testing.seed import TURN1_REQUEST, TURN2_REQUEST, WEATHER_ARGUMENTS, WEATHER_RESULT
@@ -54,7 +55,6 @@ from proxai.translate.ir import (
     unescape_tool_id,
     wrap_reasoning,
 )
-from proxai.translate.options import MaxTokensField, TranslationOptions
 from proxai.translate.requests import (
     TRANSLATORS,
     count_tokens_body,

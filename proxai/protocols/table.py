@@ -17,8 +17,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from ..config import Protocol as UpstreamKind
-from ..config import TimeoutsConfig
+from ..config import TimeoutsConfig, UpstreamKind
 from ..errors import ErrorShape
 from .chat.observer import ChatObserver
 from .chat.request import project_chat
@@ -85,6 +84,8 @@ class Api:
     """One client API."""
 
     wire: WireApi
+    #: Its name in messages to people ("Chat Completions").
+    title: str
     path: str  # POST here is a generation request of this API
     sdk: ClientSdk
     #: Parsed JSON body -> typed projection; raises ProxyError (400) naming the bad path.
@@ -130,6 +131,7 @@ def _responses_observer(
 APIS: tuple[Api, ...] = (
     Api(
         WireApi.RESPONSES,
+        "Responses",
         "/v1/responses",
         OPENAI_SDK,
         project_responses,
@@ -140,6 +142,7 @@ APIS: tuple[Api, ...] = (
     ),
     Api(
         WireApi.CHAT,
+        "Chat Completions",
         "/v1/chat/completions",
         OPENAI_SDK,
         project_chat,
@@ -148,6 +151,7 @@ APIS: tuple[Api, ...] = (
     ),
     Api(
         WireApi.MESSAGES,
+        "Messages",
         "/v1/messages",
         ANTHROPIC_SDK,
         project_messages,

@@ -23,8 +23,7 @@ import attrs
 import orjson
 import trio
 
-from ..config import Config
-from ..config import Protocol as UpstreamKind
+from ..config import Config, UpstreamKind
 from ..errors import ProxyError
 from ..ops.capture import Capture, Captures
 from ..ops.masking import SecretMask

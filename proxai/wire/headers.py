@@ -12,9 +12,15 @@ they arrive (an upstream that compresses anyway is decoded: :mod:`proxai.wire.co
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
-__all__ = ["request_headers_for_upstream", "response_headers_for_client"]
+__all__ = [
+    "is_token",
+    "request_headers_for_upstream",
+    "response_headers_for_client",
+    "value_problem",
+]
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -31,6 +37,27 @@ HOP_BY_HOP = frozenset(
         b"upgrade",
     }
 )
+
+#: A header name: RFC 9110's token.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+def is_token(name: str) -> bool:
+    """Whether ``name`` can be a header name."""
+    return _TOKEN.fullmatch(name) is not None
+
+
+def value_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a header value as proxai sends it, if it cannot (never
+    quoting it: the value may be a key)."""
+    if any(c in value for c in "\r\n\0"):
+        return "contains a line break or NUL"
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return "has characters outside latin-1"
+    return None
+
 
 # Request headers proxai sets itself or that only describe the client's connection.
 _NOT_FORWARDED_UP = HOP_BY_HOP | {
