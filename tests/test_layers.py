@@ -25,7 +25,7 @@ SANS_IO = [
     "config_file",
     "converters",
 ]
-SANS_IO_MODULES = ["proxai.relay.ending", "proxai.relay.messages"]
+SANS_IO_MODULES = ["proxai.relay.ending", "proxai.relay.messages", "proxai.service.plan"]
 IO_LIBRARIES = ("trio", "hypercorn", "httpx", "httpcore", "anyio")
 
 
