@@ -110,3 +110,58 @@ def test_imports_point_down() -> None:
             if LAYER_OF[_unit(module)] >= LAYER_OF[importer]:
                 upward.append(f"{path.relative_to(ROOT.parent)}:{line} imports {module}")
     assert upward == []
+
+
+#: The modules that may name a member of ``WireApi`` or ``UpstreamKind``: where they are
+#: defined, and the tables that map each member to what it means. Anywhere else a
+#: member named is a branch on the protocol, which belongs in a row of the table.
+TABLE_MODULES = {
+    "proxai/protocols/names.py",  # WireApi
+    "proxai/config.py",  # UpstreamKind, and the default of a [upstream] protocol
+    "proxai/protocols/table.py",  # the rows of the APIs and the upstream kinds
+    "proxai/translate/pairs.py",  # the translation pairs
+    "proxai/translate/decoders/__init__.py",  # each upstream API's decoder
+    "proxai/translate/encoders/__init__.py",  # each client API's encoder
+    "proxai/translate/requests/__init__.py",  # each pair's request translator
+    "proxai/translate/carriers.py",  # the APIs whose requests hold proxai's carriers
+}
+#: Branches on the protocol still to go (issue 21, item 2: the helpers that own these
+#: files remove them). Empty this at merge; nothing may be added to it.
+NOT_YET_TABLED = {
+    "proxai/translate/requests/chat_to_responses.py",  # ctx.client is WireApi.CHAT
+    "proxai/translate/requests/chat_to_messages.py",  # ctx.client is WireApi.CHAT
+    "proxai/translate/requests/errors.py",  # client is WireApi.MESSAGES
+}
+PROTOCOL_ENUMS = ("WireApi", "UpstreamKind")
+
+
+def _members_named(path: Path) -> list[str]:
+    """Where ``path`` names a member of a protocol enum (``WireApi.CHAT``), also through
+    an alias (``from ..config import UpstreamKind as Kind``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    names = set(PROTOCOL_ENUMS)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            names |= {a.asname for a in node.names if a.name in PROTOCOL_ENUMS and a.asname}
+    return [
+        f"{path.relative_to(ROOT.parent)}:{node.lineno} {node.value.id}.{node.attr}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in names
+        and node.attr.isupper()
+    ]
+
+
+def test_no_module_outside_the_table_branches_on_the_protocol() -> None:
+    named = []
+    for path in sorted(ROOT.rglob("*.py")):
+        module = str(path.relative_to(ROOT.parent))
+        if module not in TABLE_MODULES | NOT_YET_TABLED:
+            named += _members_named(path)
+    assert named == [], "put what depends on the protocol in a row of protocols/table.py"
+
+
+def test_the_allow_list_of_branches_to_go_holds_only_branches() -> None:
+    """A file whose branch went leaves the list (so the list only ever shrinks)."""
+    assert [m for m in sorted(NOT_YET_TABLED) if not _members_named(ROOT.parent / m)] == []
