@@ -11,12 +11,15 @@ import copy
 from collections.abc import Iterator
 from typing import Any
 
+import attrs
 import orjson
 import pytest
 
 from proxai.config import TimeoutsConfig, UpstreamKind
 from proxai.config_file import load_config
 from proxai.errors import ProxyError
+from proxai.policy.target import check_path
+from proxai.protocols import table
 from proxai.protocols.chat.observer import ChatObserver
 from proxai.protocols.messages.observer import MessagesObserver
 from proxai.protocols.names import WireApi
@@ -380,6 +383,30 @@ def test_count_tokens_for_a_model_no_route_takes_is_a_404() -> None:
 
 
 # -- path patterns ---------------------------------------------------------------------------
+
+
+def test_a_path_that_holds_the_model_routes_by_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An API whose path names the model (as Gemini's does) is a row like the others:
+    the model its path holds is the one routes match."""
+    chat = next(api for api in APIS if api.wire is WireApi.CHAT)
+    by_path = attrs.evolve(chat, path=PathPattern("/v1/models/{model}:chat"))
+    monkeypatch.setattr(table, "APIS", (*APIS, by_path))
+    p = planner([route("small-*", "chat"), route("*", "openai")])
+    incoming = head(p, "/v1/models/small-1:chat")
+    assert incoming.api is by_path and incoming.path_fields == {"model": "small-1"}
+    body = {k: v for k, v in CHAT_REQUEST.items() if k != "model"}
+    raw = orjson.dumps(body)
+    prepared = p.prepare(incoming, raw)
+    assert prepared.model == "small-1"
+    assert list(p.plan(incoming, raw, prepared).targets) == ["chat"]
+
+
+def test_only_the_served_prefixes_are_relayed() -> None:
+    check_path("GET", "/v1/models", b"/v1/models")
+    with pytest.raises(ProxyError) as outside:
+        check_path("GET", "/v2/models", b"/v2/models")
+    assert outside.value.status == 404 and "/v1/..." in outside.value.message
+    check_path("POST", "/v1beta/models/g:x", b"/v1beta/models/g:x", ("/v1", "/v1beta"))
 
 
 def test_a_path_pattern_can_hold_the_model() -> None:

@@ -1,7 +1,8 @@
 """Checks of a request's target and head, made before its body is read.
 
 A target no URL can carry upstream (a fragment, bytes outside visible ASCII), a
-path with dot segments or outside ``/v1``, and a header block over
+path with dot segments or outside the paths the upstreams serve (``/v1``: the protocol
+table's ``SERVED_PREFIXES``), and a header block over
 ``server.max_header_bytes`` are refused here, in the request's API's error shape,
 before anything is read or sent upstream.
 """
@@ -12,6 +13,7 @@ from collections.abc import Iterable
 from urllib.parse import unquote
 
 from ..errors import ProxyError
+from ..protocols.table import SERVED_PREFIXES
 
 __all__ = ["check_head_size", "check_path", "check_target"]
 
@@ -36,22 +38,32 @@ def check_target(raw_path: bytes, query: bytes) -> None:
         )
 
 
-def check_path(method: str, path: str, raw_path: bytes) -> None:
+def check_path(
+    method: str, path: str, raw_path: bytes, prefixes: tuple[str, ...] = SERVED_PREFIXES
+) -> None:
     """Refuse dot segments (forwarded as sent, they could reach outside the upstream's
-    ``/v1``) and paths proxai does not relay (404)."""
+    ``/v1``) and paths outside ``prefixes`` (404)."""
     decoded = unquote(raw_path.decode("latin-1"))
     if any(segment in (".", "..") for segment in decoded.split("/")):
         raise ProxyError.invalid_request(
             f"invalid path {decoded!r}: '.' and '..' segments are not allowed",
             code="invalid_path",
         )
-    if not (path == "/v1" or path.startswith("/v1/")) or not raw_path.startswith(b"/v1"):
+    if not any(_under(path, raw_path, prefix) for prefix in prefixes):
+        served = ", ".join(f"{prefix}/..." for prefix in prefixes)
         raise ProxyError(
             404,
-            f"no route for {method} {path}: proxai serves /v1/..., /healthz and /readyz",
+            f"no route for {method} {path}: proxai serves {served}, /healthz and /readyz",
             "invalid_request_error",
             code="not_found",
         )
+
+
+def _under(path: str, raw_path: bytes, prefix: str) -> bool:
+    """Whether the path is ``prefix`` or below it, decoded and as sent."""
+    return (path == prefix or path.startswith(prefix + "/")) and raw_path.startswith(
+        prefix.encode()
+    )
 
 
 def check_head_size(headers: Iterable[tuple[bytes, bytes]], raw_path: bytes, limit: int) -> None:

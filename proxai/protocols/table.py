@@ -41,6 +41,7 @@ __all__ = [
     "CLIENT_KEY_HEADERS",
     "DEFAULT_KIND",
     "OPENAI_SDK",
+    "SERVED_PREFIXES",
     "UPSTREAM_PROTOCOLS",
     "Api",
     "ClientSdk",
@@ -289,6 +290,10 @@ UPSTREAM_PROTOCOLS: dict[UpstreamKind, UpstreamProtocol] = {
 API_BY_WIRE = {api.wire: api for api in APIS}
 #: Where a request that names no API goes (``GET /v1/models`` without a mark).
 DEFAULT_KIND = UpstreamKind.OPENAI
+#: The paths proxai relays: those under an upstream kind's ``base_path``.
+SERVED_PREFIXES = tuple(
+    sorted({protocol.base_path.decode() for protocol in UPSTREAM_PROTOCOLS.values()})
+)
 
 #: Every header a client's key may come in: none of them goes upstream, whether or not
 #: proxai has a key of its own (``Authorization`` always counts).

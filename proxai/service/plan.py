@@ -80,6 +80,9 @@ class Incoming:
     http2: bool
     #: The endpoint proxai may answer itself it is for (count_tokens), with its API.
     local: tuple[Api, LocalAnswer] | None = None
+    #: The fields its API's path pattern holds (``{"model": ...}`` for a path with the
+    #: model in it).
+    path_fields: Mapping[str, str] = attrs.field(factory=dict)
 
     def native(self, kind: UpstreamKind) -> bool:
         """An upstream of ``kind`` takes this request as it is."""
@@ -140,6 +143,7 @@ def read_head(
         sdk=api.sdk if api is not None else UPSTREAM_PROTOCOLS[kind].sdk,
         http2=http2,
         local=local_answer_for(method, route_path),
+        path_fields=(api.path.match(route_path) or {}) if api is not None else {},
     )
 
 
@@ -237,7 +241,8 @@ class Planner:
         projection = api.project(data)
         return Prepared(
             data,
-            projection.model,
+            # A path that holds the model names it (the body then does not).
+            incoming.path_fields.get("model", projection.model),
             lambda timeouts: api.observer(timeouts, projection, limits),
             projection.stream is True,
             projection.tool_names(),
