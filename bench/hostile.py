@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 import trio
 
-from proxai.config import TimeoutsConfig
+from proxai.config import TimeoutsConfig, TranslationOptions
 from proxai.ops.request_log import log_fields
 from proxai.outcome import Outcome
 from proxai.protocols.chat.observer import ChatObserver
@@ -37,7 +37,6 @@ from proxai.testing import Script, chat_chunk
 from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.work import kept_by
 from proxai.translate.ir import TranslationContext, wrap_reasoning
-from proxai.translate.options import TranslationOptions
 from proxai.translate.pairs import PAIRS
 from proxai.translate.requests import estimate_input_tokens, translate_request
 from proxai.wire.sse import SSEFramer

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from .config import load_config
+from .config_file import load_config
 from .service.app import ProxaiApp
 
 __all__ = ["create_app"]

@@ -10,7 +10,8 @@ from functools import partial
 
 import trio
 
-from .config import ConfigError, load_config
+from .config import ConfigError
+from .config_file import load_config
 from .ops.request_log import configure as configure_logging
 
 __all__ = ["main"]
@@ -57,8 +58,8 @@ def _demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from .config_file import route_warnings
     from .policy.auth import ClientKeys
-    from .policy.routes import route_warnings
     from .service.server import ignore_late_signals, serve
 
     try:

@@ -1,42 +1,36 @@
-"""Configuration: TOML in, frozen attrs classes out, every mistake named by its key.
+"""The configuration's records: frozen attrs classes, each key's type and its own checks.
 
-Loading goes through cattrs with ``forbid_extra_keys`` so an unknown key stops
-start-up; types are checked strictly (a string is not a number, a float is not
-an int) and timeouts must be positive. Errors are collected and reported as one
-:class:`ConfigError` whose message names each offending key as ``table.key``.
+This is the ground every layer stands on, so it imports nothing of proxai's but
+:mod:`proxai.converters`. Reading the TOML file and the checks that need the rest of
+proxai (route patterns, origins, start-up warnings) are :mod:`proxai.config_file`'s.
 """
 
 from __future__ import annotations
 
 import enum
-import ipaddress
 import os
 import re
-import tomllib
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
-from .converters import InvalidValue, error_paths, strict_converter
-from .policy.browser import normalize_allowed_host, normalize_origin
-from .policy.model_patterns import compile_pattern
-from .translate.options import MaxTokensField, TranslationOptions
+from .converters import InvalidValue
 
 __all__ = [
     "AuthConfig",
     "Config",
     "ConfigError",
+    "MaxTokensField",
     "NormalizeConfig",
-    "Protocol",
     "RetriesConfig",
     "RouteConfig",
     "ServerConfig",
     "TimeoutsConfig",
+    "TranslationOptions",
     "UpstreamConfig",
+    "UpstreamKind",
     "UpstreamTimeouts",
-    "load_config",
 ]
 
 DEFAULT_UPSTREAM = "https://api.openai.com/v1"
@@ -131,13 +125,31 @@ class ServerConfig:
     allowed_hosts: list[str] = attrs.field(factory=list)
 
 
-class Protocol(enum.StrEnum):
-    """The API an upstream speaks."""
+class UpstreamKind(enum.StrEnum):
+    """What an upstream speaks: the value of its ``protocol`` key (the rows of
+    :data:`proxai.protocols.table.UPSTREAM_PROTOCOLS` say what each one means)."""
 
     OPENAI = "openai"  # Responses, Chat Completions and the rest of /v1
     OPENAI_CHAT = "openai_chat"  # Chat Completions only (vLLM, llama.cpp, Ollama...)
     OPENAI_RESPONSES = "openai_responses"  # Responses only
     ANTHROPIC_MESSAGES = "anthropic_messages"  # /v1/messages
+
+
+class MaxTokensField(enum.StrEnum):
+    """The Chat field the output token limit goes in."""
+
+    MAX_COMPLETION_TOKENS = "max_completion_tokens"  # OpenAI's current name
+    MAX_TOKENS = "max_tokens"  # what most OpenAI-compatible servers read
+
+
+@attrs.frozen
+class TranslationOptions:
+    """Per-upstream choices a translation cannot infer from the request."""
+
+    max_tokens_field: MaxTokensField = MaxTokensField.MAX_TOKENS
+    #: Refuse (400) a request whose hosted tools the upstream cannot run, instead of
+    #: dropping them with a warning in the outcome record.
+    strict: bool = False
 
 
 @attrs.frozen
@@ -167,7 +179,7 @@ class UpstreamConfig:
     base_url: str | None = attrs.field(default=None, validator=_http_url)
     api_key: str | None = attrs.field(default=None, repr=False)
     api_key_env: str | None = None
-    protocol: Protocol = Protocol.OPENAI
+    protocol: UpstreamKind = UpstreamKind.OPENAI
     normalize: NormalizeConfig = NormalizeConfig()
     #: Extra headers sent with every request to this upstream (e.g. an organization).
     headers: dict[str, str] = attrs.field(factory=dict, repr=False)
@@ -338,233 +350,3 @@ class Config:
         if self.upstream.base_url is not None:
             return [(DEFAULT_NAME, self.upstream), *named]
         return named
-
-
-_converter = strict_converter(forbid_extra_keys=True)
-
-
-def _enum_hook(kind: type[enum.StrEnum]) -> Callable[[Any, Any], Any]:
-    """A strict structure hook for a string enum: its values only, all named in the error."""
-
-    def structure(value: Any, _: Any) -> Any:
-        if isinstance(value, str) and value in kind._value2member_map_:
-            return kind(value)
-        choices = ", ".join(repr(member.value) for member in kind)
-        raise ValueError(f"must be one of {choices}, got {value!r}")
-
-    return structure
-
-
-for _kind in (Protocol, LogFormat, MaxTokensField):
-    _converter.register_structure_hook(_kind, _enum_hook(_kind))
-_ARRAYS = frozenset({"routes"})  # arrays of tables: [[routes]]
-_TABLES = frozenset(a.name for a in attrs.fields(Config)) - _ARRAYS
-
-
-def _structure(data: Mapping[str, Any]) -> Config:
-    problems = [
-        f"{k}: must be a table ([{k}]), got {type(v).__name__}"
-        for k, v in data.items()
-        if k in _TABLES and not isinstance(v, dict)
-    ]
-    problems += [
-        f"{k}: must be an array of tables ([[{k}]]), got {type(v).__name__}"
-        for k, v in data.items()
-        if k in _ARRAYS and not isinstance(v, list)
-    ]
-    if problems:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
-    try:
-        return _converter.structure(dict(data), Config)
-    except Exception as exc:
-        lines = [f"{path}: {reason}" for path, reason in error_paths(exc)]
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
-
-
-def load_config(
-    path: str | os.PathLike[str] | None = None,
-    *,
-    overrides: Mapping[str, Mapping[str, Any] | list[Any]] | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> Config:
-    """Read a TOML file (or only defaults), apply overrides table by table, validate.
-
-    ``overrides`` maps a table to the keys set on the command line, e.g.
-    ``{"upstream": {"base_url": "http://..."}}``; they win over the file.
-    """
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            with Path(path).open("rb") as fh:
-                data = tomllib.load(fh)
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {os.fspath(path)!r}: {exc}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {os.fspath(path)!r} is not valid TOML: {exc}") from None
-    for table, values in (overrides or {}).items():
-        if isinstance(values, list):  # an array of tables ([[routes]]) is replaced whole
-            data[table] = values
-            continue
-        merged = dict(data.get(table, {})) if isinstance(data.get(table), dict) else {}
-        merged.update({k: v for k, v in values.items() if v is not None})
-        if merged:
-            data[table] = merged
-    config = _structure(data)
-    if path is not None:
-        config = _resolve_files(config, Path(path).parent)
-    problems = _check_upstreams(config, os.environ if environ is None else environ)
-    problems += _check_routes(config) + _check_files(config) + _check_observability(config)
-    problems += _check_browser(config)
-    if problems:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
-    return config
-
-
-def _resolve(base: Path, name: str | None) -> str | None:
-    return None if name is None else os.fspath(base / Path(name).expanduser())
-
-
-def _resolve_files(config: Config, base: Path) -> Config:
-    """File names in the config are relative to the config file's folder."""
-    server = attrs.evolve(
-        config.server,
-        certfile=_resolve(base, config.server.certfile),
-        keyfile=_resolve(base, config.server.keyfile),
-        ca_certs=_resolve(base, config.server.ca_certs),
-    )
-    auth = attrs.evolve(config.auth, keys_file=_resolve(base, config.auth.keys_file))
-    capture = attrs.evolve(config.capture, dir=_resolve(base, config.capture.dir) or "")
-    upstream = attrs.evolve(config.upstream, ca_bundle=_resolve(base, config.upstream.ca_bundle))
-    upstreams = {
-        name: attrs.evolve(u, ca_bundle=_resolve(base, u.ca_bundle))
-        for name, u in config.upstreams.items()
-    }
-    return attrs.evolve(
-        config, server=server, auth=auth, upstream=upstream, upstreams=upstreams, capture=capture
-    )
-
-
-def _check_files(config: Config) -> list[str]:
-    problems: list[str] = []
-    server = config.server
-    if (server.certfile is None) != (server.keyfile is None):
-        problems.append("server.certfile and server.keyfile: set both to serve TLS, or neither")
-    if server.ca_certs is not None and server.certfile is None:
-        problems.append("server.ca_certs: client certificates need TLS (server.certfile)")
-    files = [
-        ("server.certfile", server.certfile),
-        ("server.keyfile", server.keyfile),
-        ("server.ca_certs", server.ca_certs),
-        ("auth.keys_file", config.auth.keys_file),
-        ("upstream.ca_bundle", config.upstream.ca_bundle),
-    ]
-    files += [(f"upstreams.{n}.ca_bundle", u.ca_bundle) for n, u in config.upstreams.items()]
-    for key, name in files:
-        if name is not None and not Path(name).is_file():
-            problems.append(f"{key}: no such file: {name}")
-    return problems
-
-
-def _check_observability(config: Config) -> list[str]:
-    problems: list[str] = []
-    if not config.metrics.path.startswith("/") or config.metrics.path.startswith("/v1"):
-        problems.append(
-            f"metrics.path: must start with / and not be under /v1, got {config.metrics.path!r}"
-        )
-    for i, network in enumerate(config.live_view.allow):
-        try:
-            ipaddress.ip_network(network, strict=False)
-        except ValueError:
-            problems.append(f"live_view.allow[{i}]: not an IP network: {network!r}")
-    return problems
-
-
-def _check_browser(config: Config) -> list[str]:
-    problems: list[str] = []
-    for key, entries, check in (
-        ("allowed_origins", config.server.allowed_origins, normalize_origin),
-        ("allowed_hosts", config.server.allowed_hosts, normalize_allowed_host),
-    ):
-        for i, entry in enumerate(entries):
-            try:
-                check(entry)
-            except ValueError as exc:
-                problems.append(f"server.{key}[{i}]: {exc}")
-    return problems
-
-
-def _check_routes(config: Config) -> list[str]:
-    problems: list[str] = []
-    for i, route in enumerate(config.routes):
-        where = f"routes[{i}]"
-        try:
-            compile_pattern(route.model)
-        except ValueError as exc:
-            problems.append(f"{where}.model: {exc}")
-        if not route.upstreams:
-            problems.append(f"{where}.upstreams: name at least one upstream")
-        for name in route.upstreams:
-            upstream = config.upstream_named(name)
-            if upstream is None:
-                declared = ", ".join(n for n, _ in config.all_upstreams())
-                problems.append(
-                    f"{where}.upstreams: no upstream named {name!r} (declared: {declared})"
-                )
-    return problems
-
-
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-
-
-def _bad_value(value: str) -> str | None:
-    """Why ``value`` cannot be an HTTP header value, if it cannot (never quoting it)."""
-    if any(c in value for c in "\r\n\0"):
-        return "contains a line break or NUL"
-    try:
-        value.encode("latin-1")
-    except UnicodeEncodeError:
-        return "has characters outside latin-1"
-    return None
-
-
-def _check_header_values(
-    table: str, upstream: UpstreamConfig, environ: Mapping[str, str]
-) -> list[str]:
-    problems: list[str] = []
-    for name, value in upstream.headers.items():
-        if not _TOKEN.fullmatch(name):
-            problems.append(f"{table}.headers: {name!r} is not a valid header name")
-        elif (why := _bad_value(value)) is not None:
-            problems.append(f"{table}.headers.{name}: the value {why}")
-    key = upstream.resolved_api_key(environ)
-    if key is not None and (why := _bad_value(key)) is not None:
-        source = (
-            "api_key" if upstream.api_key is not None else f"api_key_env ({upstream.api_key_env})"
-        )
-        problems.append(f"{table}.{source}: the key {why}")
-    return problems
-
-
-def _check_upstreams(config: Config, environ: Mapping[str, str]) -> list[str]:
-    problems: list[str] = []
-    if DEFAULT_NAME in config.upstreams:
-        problems.append(f"upstreams.{DEFAULT_NAME}: the name is taken by [upstream]")
-    tables = [("upstream", config.upstream)]
-    tables += [(f"upstreams.{name}", u) for name, u in config.upstreams.items()]
-    for table, upstream in tables:
-        configured = upstream != UpstreamConfig()  # [upstream] may be left out entirely
-        if upstream.base_url is None and (table != "upstream" or configured):
-            problems.append(f"{table}.base_url: required key is missing")
-        problems += _check_header_values(table, upstream, environ)
-        if upstream.api_key is not None and upstream.api_key_env is not None:
-            problems.append(f"{table}.api_key and {table}.api_key_env: set one, not both")
-        elif upstream.api_key_env is not None and upstream.api_key_env not in environ:
-            problems.append(
-                f"{table}.api_key_env: the environment variable {upstream.api_key_env} is not set"
-            )
-    if not config.all_upstreams():
-        problems.append(
-            "upstream.base_url: no upstream configured; set [upstream] base_url in the "
-            f"config file or pass --upstream (for OpenAI: {DEFAULT_UPSTREAM})"
-        )
-    return problems

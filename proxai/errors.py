@@ -10,7 +10,8 @@ same failure from the API itself: OpenAI's
 
 from __future__ import annotations
 
-import enum
+from collections.abc import Callable
+from typing import ClassVar
 
 import attrs
 import orjson
@@ -20,19 +21,13 @@ from .outcome import TRY_AGAIN, OutcomeKind
 __all__ = [
     "SHUTDOWN_MESSAGE",
     "ErrorShape",
+    "ErrorWriter",
     "ProxyError",
     "anthropic_error_type",
     "ending_code",
     "error_body",
     "shutdown_error",
 ]
-
-
-class ErrorShape(enum.Enum):
-    """Which API's error JSON a route answers with."""
-
-    OPENAI = "openai"
-    ANTHROPIC = "anthropic"
 
 
 #: Anthropic's error type for each status (its errors documentation).
@@ -64,6 +59,42 @@ def error_body(
     return orjson.dumps({"error": {"message": message, "type": type, "param": param, "code": code}})
 
 
+#: Writes an error's JSON from its status, message, type, param and code.
+ErrorWriter = Callable[[int, str, str, str | None, str | None], bytes]
+
+
+@attrs.frozen
+class ErrorShape:
+    """An API's error JSON, as its clients' SDKs parse it: a row of the protocol table
+    names its API's (:attr:`proxai.protocols.table.ClientSdk.error_shape`)."""
+
+    name: str
+    write: ErrorWriter = attrs.field(repr=False)
+
+    #: OpenAI's ``{"error": {...}}``: also proxai's answer where no API applies.
+    OPENAI: ClassVar[ErrorShape]
+    #: Anthropic's ``{"type": "error", "error": {"type", "message"}}``.
+    ANTHROPIC: ClassVar[ErrorShape]
+
+
+def _openai_error(
+    status: int, message: str, type: str, param: str | None, code: str | None
+) -> bytes:
+    return error_body(message, type, param=param, code=code)
+
+
+def _anthropic_error(
+    status: int, message: str, type: str, param: str | None, code: str | None
+) -> bytes:
+    """Anthropic's error has a type (by status) and a message only."""
+    error = {"type": anthropic_error_type(status), "message": message}
+    return orjson.dumps({"type": "error", "error": error})
+
+
+ErrorShape.OPENAI = ErrorShape("openai", _openai_error)
+ErrorShape.ANTHROPIC = ErrorShape("anthropic", _anthropic_error)
+
+
 @attrs.define(eq=False)
 class ProxyError(Exception):
     """A failure proxai reports to the client as an HTTP error response."""
@@ -80,11 +111,10 @@ class ProxyError(Exception):
     def __str__(self) -> str:
         return f"{self.status} {self.type}: {self.message}"
 
-    def body(self, shape: ErrorShape = ErrorShape.OPENAI) -> bytes:
-        if shape is ErrorShape.ANTHROPIC:
-            error = {"type": anthropic_error_type(self.status), "message": self.message}
-            return orjson.dumps({"type": "error", "error": error})
-        return error_body(self.message, self.type, param=self.param, code=self.code)
+    def body(self, shape: ErrorShape | None = None) -> bytes:
+        """This error in ``shape``'s JSON (OpenAI's by default)."""
+        shape = shape or ErrorShape.OPENAI
+        return shape.write(self.status, self.message, self.type, self.param, self.code)
 
     @classmethod
     def invalid_request(

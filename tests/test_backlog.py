@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import trio
 
-from proxai.config import load_config
+from proxai.config_file import load_config
 from proxai.service.server import bind_sockets, hypercorn_config
 
 BURST = 300  # new connections at once, more than hypercorn's default backlog of 100

@@ -12,7 +12,8 @@ import pytest
 
 import proxai.service.server
 from proxai.cli import main
-from proxai.config import ConfigError, load_config
+from proxai.config import ConfigError
+from proxai.config_file import load_config
 
 SECRET = "hunter2-s3cret"
 

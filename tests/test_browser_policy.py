@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxai.config import ConfigError, load_config
+from proxai.config import ConfigError
+from proxai.config_file import load_config
 from proxai.policy.browser import (
     BrowserPolicy,
     BrowserRequest,

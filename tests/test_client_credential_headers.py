@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from trio.testing import MockClock
 
+from proxai.protocols.table import CLIENT_KEY_HEADERS
 from proxai.testing import Script
 from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, turn_bytes
@@ -28,7 +29,7 @@ CLIENT_HEADERS = [
 
 
 def test_the_client_credential_headers_are_not_forwarded() -> None:
-    up = request_headers_for_upstream(CLIENT_HEADERS)
+    up = request_headers_for_upstream(CLIENT_HEADERS, credentials=CLIENT_KEY_HEADERS)
     names = [n.lower() for n, _ in up]
     assert b"ocp-apim-subscription-key" not in names and b"x-auth-token" not in names
     assert (b"idempotency-key", b"idem-1") in up and (b"openai-organization", b"org-1") in up

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from proxai.config import Config, ConfigError, NormalizeConfig, Protocol, load_config
+from proxai.config import Config, ConfigError, NormalizeConfig, UpstreamKind
+from proxai.config_file import load_config
 
 FULL = """
 [server]
@@ -130,10 +131,10 @@ normalize = { system_to_instructions = true, developer_to_instructions = true }
 """
     config = load_config(write(tmp_path, text))
     assert [name for name, _ in config.all_upstreams()] == ["default", "claude", "local"]
-    assert config.upstreams["claude"].protocol is Protocol.ANTHROPIC_MESSAGES
-    assert config.upstream.protocol is Protocol.OPENAI
+    assert config.upstreams["claude"].protocol is UpstreamKind.ANTHROPIC_MESSAGES
+    assert config.upstream.protocol is UpstreamKind.OPENAI
     assert config.upstreams["local"].normalize == NormalizeConfig(True, True)
-    assert config.upstreams["local"].protocol is Protocol.OPENAI
+    assert config.upstreams["local"].protocol is UpstreamKind.OPENAI
 
 
 def test_only_named_upstreams_is_enough(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import trio
 
-from proxai.config import load_config
+from proxai.config_file import load_config
 from proxai.outcome import OutcomeKind
 from proxai.service.server import serve
 from proxai.testing import Script, ScriptedUpstream, sse_event

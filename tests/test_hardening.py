@@ -10,7 +10,8 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from proxai.config import CaptureConfig, ConfigError, load_config
+from proxai.config import CaptureConfig, ConfigError
+from proxai.config_file import load_config
 from proxai.ops.capture import Captures
 from proxai.ops.request_log import _human, log_fields
 from proxai.outcome import Outcome

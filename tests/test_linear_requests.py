@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import pytest
 from trio.testing import MockClock
 
-from proxai.config import CaptureConfig
+from proxai.config import CaptureConfig, TranslationOptions
 from proxai.ops.capture import Capture, Captures
 from proxai.ops.request_log import MAX_LOG_TEXT, JsonFormatter, _human, log_fields
 from proxai.outcome import MAX_LISTED, MAX_NAME, Outcome, OutcomeKind, listed
@@ -24,7 +24,6 @@ from proxai.testing import Script, chat_chunk
 from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.work import assert_linear
 from proxai.translate.ir import TranslationContext, wrap_reasoning
-from proxai.translate.options import TranslationOptions
 from proxai.translate.requests import estimate_input_tokens, translate_request
 from proxai.translate.requests._common import drop
 

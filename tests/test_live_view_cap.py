@@ -14,7 +14,8 @@ import httpx
 import pytest
 import trio
 
-from proxai.config import ConfigError, load_config
+from proxai.config import ConfigError
+from proxai.config_file import load_config
 from proxai.testing import Script
 
 

@@ -14,7 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from proxai.config import ConfigError, MetricsConfig, load_config
+from proxai.config import ConfigError, MetricsConfig
+from proxai.config_file import load_config
 from proxai.ops.metrics import Metrics
 from proxai.outcome import Outcome
 from proxai.testing import Script

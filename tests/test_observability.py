@@ -391,7 +391,7 @@ def test_live_view_answers_loopback_and_allowed_networks_only() -> None:
 
 
 async def test_a_remote_client_gets_403(start_upstream: Any) -> None:
-    from proxai.config import load_config
+    from proxai.config_file import load_config
     from proxai.service.app import ProxaiApp
 
     config = load_config(

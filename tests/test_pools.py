@@ -15,7 +15,8 @@ import pytest
 import trio
 import trustme
 
-from proxai.config import TimeoutsConfig, UpstreamConfig, load_config
+from proxai.config import TimeoutsConfig, UpstreamConfig
+from proxai.config_file import load_config
 from proxai.outcome import OutcomeKind
 from proxai.service.background import LOG_EVERY, Failures
 from proxai.service.server import serve

@@ -18,7 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from trio.testing import MockClock
 
-from proxai.config import ConfigError, RetriesConfig, load_config
+from proxai.config import ConfigError, RetriesConfig
+from proxai.config_file import load_config
 from proxai.policy.retry import RetryBudget
 from proxai.testing import Script, ScriptedUpstream, open_proxai
 from proxai.testing.memory_proxy import MemoryProxy

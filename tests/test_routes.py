@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 from trio.testing import MockClock
 
-from proxai.config import Config, ConfigError, Protocol, load_config
+from proxai.config import Config, ConfigError, UpstreamKind
+from proxai.config_file import load_config, route_warnings
 from proxai.errors import ProxyError
 from proxai.policy.model_patterns import compile_pattern
-from proxai.policy.routes import Route, Router, route_warnings
+from proxai.policy.routes import Route, Router
 from proxai.protocols.names import WireApi
 from proxai.protocols.table import UPSTREAM_PROTOCOLS
 from proxai.testing import Script, chat_chunk
@@ -118,8 +119,8 @@ def test_a_matching_route_that_cannot_serve_the_request_is_a_404_not_the_next_ro
     with pytest.raises(ProxyError) as info:
         router.route_for(
             "claude-x",
-            native=lambda kind: kind is not Protocol.ANTHROPIC_MESSAGES,
-            serves=lambda kind: kind is not Protocol.ANTHROPIC_MESSAGES,
+            native=lambda kind: kind is not UpstreamKind.ANTHROPIC_MESSAGES,
+            serves=lambda kind: kind is not UpstreamKind.ANTHROPIC_MESSAGES,
             missing="none",
         )
     assert (info.value.status, info.value.code, info.value.param) == (404, "no_upstream", "model")
@@ -140,8 +141,8 @@ def test_a_route_may_mix_protocols_and_each_request_keeps_the_upstreams_that_ser
     assert route(router, WireApi.MESSAGES, "claude-x").upstreams == ("claude", "local")
     only_native = router.route_for(
         "claude-x",
-        native=lambda kind: kind is Protocol.ANTHROPIC_MESSAGES,
-        serves=lambda kind: kind is Protocol.ANTHROPIC_MESSAGES,
+        native=lambda kind: kind is UpstreamKind.ANTHROPIC_MESSAGES,
+        serves=lambda kind: kind is UpstreamKind.ANTHROPIC_MESSAGES,
         missing="none",
     )
     assert only_native.upstreams == ("claude",)

@@ -14,7 +14,8 @@ import httpx
 import pytest
 import trio
 
-from proxai.config import LoggingConfig, load_config
+from proxai.config import LoggingConfig
+from proxai.config_file import load_config
 from proxai.ops.masking import MASK, SecretMask
 from proxai.ops.request_log import MAX_LOG_TEXT, RequestLog
 from proxai.outcome import Outcome, OutcomeKind

@@ -20,7 +20,7 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from proxai.config import load_config
+from proxai.config_file import load_config
 from proxai.outcome import OutcomeKind
 from proxai.service.server import bind_sockets, hypercorn_config
 from proxai.testing import RecordedRequest, Script, Send, Sleep, sse_event

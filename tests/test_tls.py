@@ -114,7 +114,8 @@ async def test_upstream_tls_is_verified(
 
 
 def test_tls_settings_are_checked_at_start_up(tmp_path: Path) -> None:
-    from proxai.config import ConfigError, load_config
+    from proxai.config import ConfigError
+    from proxai.config_file import load_config
 
     config = tmp_path / "p.toml"
     config.write_text(

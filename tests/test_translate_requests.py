@@ -35,7 +35,9 @@ from openai.types.responses.response_create_params import (
     ResponseCreateParamsStreaming,
 )
 
+from proxai.config import MaxTokensField, TranslationOptions
 from proxai.errors import ProxyError
+from proxai.protocols.messages.count_tokens import IMAGE_TOKENS, MESSAGE_TOKENS
 from proxai.protocols.names import WireApi
 from proxai.testing.seed import TURN1_REQUEST, TURN2_REQUEST, WEATHER_ARGUMENTS, WEATHER_RESULT
 from proxai.translate.encoders.messages import MessagesEncoder
@@ -54,7 +56,6 @@ from proxai.translate.ir import (
     unescape_tool_id,
     wrap_reasoning,
 )
-from proxai.translate.options import MaxTokensField, TranslationOptions
 from proxai.translate.requests import (
     TRANSLATORS,
     count_tokens_body,
@@ -62,7 +63,6 @@ from proxai.translate.requests import (
     translate_error_body,
     translate_request,
 )
-from proxai.translate.requests.count_tokens import IMAGE_TOKENS, MESSAGE_TOKENS
 from proxai.translate.requests.messages_to_chat import effort_of_budget
 from tests.sdk_types import type_errors
 

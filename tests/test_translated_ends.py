@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from proxai.config import ConfigError, load_config
+from proxai.config import ConfigError
+from proxai.config_file import load_config
 from proxai.outcome import OutcomeKind
 from proxai.protocols.names import WireApi
 from proxai.protocols.observer import Verdict

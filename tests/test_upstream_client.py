@@ -11,7 +11,8 @@ import httpx
 import pytest
 import trio
 
-from proxai.config import ConfigError, TimeoutsConfig, UpstreamConfig, load_config
+from proxai.config import ConfigError, TimeoutsConfig, UpstreamConfig
+from proxai.config_file import load_config
 from proxai.outcome import OutcomeKind
 from proxai.relay.reader import Reading, reading_for
 from proxai.testing import Script, ScriptedUpstream

@@ -18,16 +18,14 @@ from collections.abc import Callable
 
 import attrs
 
-from ..config import Config, Protocol, RouteConfig
+from ..config import Config, UpstreamKind
 from ..errors import ProxyError
-from ..protocols.names import WireApi
-from ..protocols.table import UPSTREAM_PROTOCOLS
 from .model_patterns import compile_pattern, is_exact
 
-__all__ = ["Route", "Router", "Serves", "route_warnings"]
+__all__ = ["Route", "Router", "Serves"]
 
 #: Whether an upstream of this protocol can take the request.
-Serves = Callable[[Protocol], bool]
+Serves = Callable[[UpstreamKind], bool]
 
 
 @attrs.frozen
@@ -69,10 +67,10 @@ class Router:
     def has_routes(self) -> bool:
         return bool(self._routes)
 
-    def has_protocol(self, protocol: Protocol) -> bool:
+    def has_protocol(self, protocol: UpstreamKind) -> bool:
         return protocol in self._protocols.values()
 
-    def protocol_of(self, name: str) -> Protocol:
+    def protocol_of(self, name: str) -> UpstreamKind:
         return self._protocols[name]
 
     def route_for(
@@ -116,76 +114,3 @@ class Router:
                 code="no_upstream",
             )
         return attrs.evolve(route, upstreams=usable)
-
-
-_API_NAMES = {
-    WireApi.RESPONSES: "Responses",
-    WireApi.CHAT: "Chat Completions",
-    WireApi.MESSAGES: "Messages",
-}
-
-
-def route_warnings(config: Config) -> list[str]:
-    """What start-up tells the operator about the routes (logged as warnings).
-
-    A route that can never match, because an earlier one takes all its models (the
-    same pattern, an exact name an earlier pattern matches, anything after ``"*"``):
-    what a glob or regex takes from another one is not decidable in general, so only
-    those are reported. And a later route that matches a model an earlier exact route
-    names, with upstreams that speak an API the exact route's do not: requests of
-    that API for the model are translated for the exact route, never sent to the
-    later one (before the first match won whatever its protocol, they were).
-    """
-    warnings: list[str] = []
-    shadowed: set[int] = set()
-    for i, entry in enumerate(config.routes):
-        for j, earlier in enumerate(config.routes[:i]):
-            if _takes_all(earlier, entry):
-                shadowed.add(i)
-                warnings.append(
-                    f"routes[{i}] (model = {entry.model!r}) never matches: routes[{j}] "
-                    f"(model = {earlier.model!r}) comes first and takes all its models"
-                )
-                break
-    for i, exact in enumerate(config.routes):
-        if i in shadowed or not is_exact(exact.model):
-            continue
-        for j in range(i + 1, len(config.routes)):
-            later = config.routes[j]
-            if j in shadowed or not _matches(later.model, exact.model):
-                continue
-            translated = _apis(config, later) - _apis(config, exact)
-            if translated:
-                names = ", ".join(_API_NAMES[a] for a in WireApi if a in translated)
-                upstreams = ", ".join(exact.upstreams)
-                warnings.append(
-                    f"routes[{j}] (model = {later.model!r}) also matches {exact.model!r}, "
-                    f"which routes[{i}] names: every request for it goes to routes[{i}] "
-                    f"({upstreams}), whatever its API, translated where {upstreams} does "
-                    f"not speak it ({names}); routes[{j}] never gets it"
-                )
-    return warnings
-
-
-def _matches(pattern: str, model: str) -> bool:
-    try:
-        return compile_pattern(pattern)(model)
-    except ValueError:  # reported by load_config
-        return False
-
-
-def _takes_all(earlier: RouteConfig, route: RouteConfig) -> bool:
-    """Whether ``earlier`` matches every model ``route`` can."""
-    if earlier.model in (route.model, "*"):
-        return True
-    return is_exact(route.model) and _matches(earlier.model, route.model)
-
-
-def _apis(config: Config, route: RouteConfig) -> frozenset[WireApi]:
-    """The APIs some upstream of ``route`` speaks natively."""
-    apis: frozenset[WireApi] = frozenset()
-    for name in route.upstreams:
-        upstream = config.upstream_named(name)
-        if upstream is not None:
-            apis |= UPSTREAM_PROTOCOLS[upstream.protocol].apis
-    return apis

@@ -1,27 +1,30 @@
 """One table of the APIs proxai speaks: every difference between protocols, written once.
 
 An :class:`Api` is what proxai knows of one client API: the path its clients
-post to, the SDKs that speak it (:class:`ClientSdk`: the error JSON they parse
-and the headers they send a key in), its request projection and its stream
-observer. An :class:`UpstreamProtocol` is what an ``[upstreams.NAME] protocol``
-speaks: which APIs, the header its key goes in, and the SDKs of the requests
-that reach it unparsed (``GET /v1/models``).
+post to (a :class:`PathPattern`, which may hold the model), the SDKs that speak it
+(:class:`ClientSdk`: the error JSON they parse and the headers they send a key in),
+its request projection, its stream observer and the endpoints proxai answers
+itself for it (:class:`LocalAnswer`: count_tokens). An :class:`UpstreamProtocol`
+is what an ``[upstreams.NAME] protocol`` speaks: which APIs, the header its key goes
+in, the SDKs of the requests that reach it unparsed (``GET /v1/models``), the header
+that marks its SDKs' requests and the path prefix its ``base_url`` holds.
 
 Everything else looks protocols up here; adding an API is adding a row.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import attrs
 
-from ..config import Protocol as UpstreamKind
-from ..config import TimeoutsConfig
+from ..config import TimeoutsConfig, UpstreamKind
 from ..errors import ErrorShape
 from .chat.observer import ChatObserver
 from .chat.request import project_chat
+from .messages.count_tokens import count_tokens_body
 from .messages.observer import MessagesObserver
 from .messages.request import project_messages
 from .names import WireApi
@@ -35,14 +38,20 @@ __all__ = [
     "APIS",
     "API_BY_PATH",
     "API_BY_WIRE",
+    "CLIENT_KEY_HEADERS",
+    "DEFAULT_KIND",
     "OPENAI_SDK",
+    "SERVED_PREFIXES",
     "UPSTREAM_PROTOCOLS",
     "Api",
     "ClientSdk",
+    "LocalAnswer",
+    "PathPattern",
     "Projection",
     "UpstreamProtocol",
     "WireApi",
     "api_for",
+    "local_answer_for",
     "upstream_kind_for",
 ]
 
@@ -79,13 +88,79 @@ class ClientSdk:
 OPENAI_SDK = ClientSdk(ErrorShape.OPENAI, frozenset(), "Authorization")
 ANTHROPIC_SDK = ClientSdk(ErrorShape.ANTHROPIC, frozenset({b"x-api-key"}), "x-api-key")
 
+#: Headers that carry a client's key for APIs proxai has no row for: they stay at proxai
+#: too (an API given a row names its own in its SDK's ``key_headers``).
+OTHER_KEY_HEADERS = frozenset(
+    {
+        b"api-key",  # Azure OpenAI clients
+        b"x-goog-api-key",  # Gemini clients
+        b"ocp-apim-subscription-key",  # Azure API Management gateways
+        b"x-auth-token",  # OpenStack-style gateways
+    }
+)
+
+#: A path field: ``{model}``. It matches within one segment, as little as it can, so
+#: ``/models/{model}:generateContent`` leaves ``:generateContent`` to the literal.
+_FIELD = re.compile(r"\{([a-z_]+)\}")
+
+
+@attrs.frozen
+class PathPattern:
+    """The path of an API's endpoint: literal text and ``{name}`` fields (Gemini's
+    ``/v1beta/models/{model}:generateContent`` holds the model), matched whole."""
+
+    template: str
+    _whole: re.Pattern[str] = attrs.field(init=False, repr=False, eq=False)
+    _under: re.Pattern[str] = attrs.field(init=False, repr=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        parts = _FIELD.split(self.template)  # literal, field name, literal, ...
+        regex = "".join(
+            re.escape(part) if i % 2 == 0 else f"(?P<{part}>[^/]+?)" for i, part in enumerate(parts)
+        )
+        object.__setattr__(self, "_whole", re.compile(regex))
+        object.__setattr__(self, "_under", re.compile(regex + "(?:/.*)?", re.DOTALL))
+
+    @property
+    def literal(self) -> bool:
+        """Whether it holds no field (one path only)."""
+        return _FIELD.search(self.template) is None
+
+    def match(self, path: str) -> dict[str, str] | None:
+        """The fields of ``path`` if it is this endpoint's (``{}`` for a literal one)."""
+        found = self._whole.fullmatch(path)
+        return found.groupdict() if found is not None else None
+
+    def holds(self, path: str) -> bool:
+        """Whether ``path`` is this endpoint's or one below it (``/v1/messages/count_tokens``
+        is below ``/v1/messages``)."""
+        return self._under.fullmatch(path) is not None
+
+    def format(self, **fields: str) -> str:
+        """The path with its fields filled in (a literal path ignores them)."""
+        return _FIELD.sub(lambda field: fields[field.group(1)], self.template)
+
+
+@attrs.frozen
+class LocalAnswer:
+    """An endpoint of an API that proxai answers itself when the upstream a request goes
+    to does not speak that API (Anthropic's ``count_tokens`` over a Chat upstream)."""
+
+    path: str  # POST here
+    #: The answer's JSON from the request's (raises ProxyError for a body it cannot take).
+    answer: Callable[[dict[str, Any]], dict[str, Any]]
+    #: The outcome record's detail for a request answered so.
+    detail: str
+
 
 @attrs.frozen
 class Api:
     """One client API."""
 
     wire: WireApi
-    path: str  # POST here is a generation request of this API
+    #: Its name in messages to people ("Chat Completions").
+    title: str
+    path: PathPattern  # POST here is a generation request of this API
     sdk: ClientSdk
     #: Parsed JSON body -> typed projection; raises ProxyError (400) naming the bad path.
     project: Callable[[dict[str, Any]], Projection]
@@ -96,6 +171,8 @@ class Api:
     resumes_under: str | None = None
     #: Whether its bodies have the ``instructions`` that ``normalize`` passes edit.
     has_instructions: bool = False
+    #: Its endpoints proxai answers itself when the upstream does not speak it.
+    local_answers: tuple[LocalAnswer, ...] = ()
 
 
 @attrs.frozen
@@ -112,6 +189,12 @@ class UpstreamProtocol:
     missing: str
     #: The API a request of another API is translated to for it (``None``: none is).
     translate_to: WireApi | None = None
+    #: A header only its SDKs send: a request carrying it, on a path of no API, goes to
+    #: such an upstream when one is configured (``anthropic-version``).
+    marked_by: bytes | None = None
+    #: What proxai's paths start with that its ``base_url`` already ends in: ``/v1/x``
+    #: on proxai is ``{base_url}/x`` upstream.
+    base_path: bytes = b"/v1"
 
     def credential(self, key: str) -> tuple[bytes, bytes]:
         """The header carrying ``key`` to this upstream."""
@@ -130,7 +213,8 @@ def _responses_observer(
 APIS: tuple[Api, ...] = (
     Api(
         WireApi.RESPONSES,
-        "/v1/responses",
+        "Responses",
+        PathPattern("/v1/responses"),
         OPENAI_SDK,
         project_responses,
         _responses_observer,
@@ -140,7 +224,8 @@ APIS: tuple[Api, ...] = (
     ),
     Api(
         WireApi.CHAT,
-        "/v1/chat/completions",
+        "Chat Completions",
+        PathPattern("/v1/chat/completions"),
         OPENAI_SDK,
         project_chat,
         lambda timeouts, request, limits: ChatObserver(timeouts, limits),
@@ -148,14 +233,21 @@ APIS: tuple[Api, ...] = (
     ),
     Api(
         WireApi.MESSAGES,
-        "/v1/messages",
+        "Messages",
+        PathPattern("/v1/messages"),
         ANTHROPIC_SDK,
         project_messages,
         lambda timeouts, request, limits: MessagesObserver(timeouts, limits),
         UpstreamKind.ANTHROPIC_MESSAGES,
+        local_answers=(
+            LocalAnswer(
+                "/v1/messages/count_tokens", count_tokens_body, "count_tokens estimated by proxai"
+            ),
+        ),
     ),
 )
-API_BY_PATH = {api.path: api for api in APIS}
+#: The APIs whose path holds no field, by path: found with one dict lookup.
+API_BY_PATH = {api.path.template: api for api in APIS if api.path.literal}
 
 _OPENAI_MISSING = "no OpenAI-compatible upstream is configured"
 
@@ -192,16 +284,36 @@ UPSTREAM_PROTOCOLS: dict[UpstreamKind, UpstreamProtocol] = {
         "no Anthropic upstream is configured: add an [upstreams.NAME] table with "
         'protocol = "anthropic_messages"',
         translate_to=WireApi.MESSAGES,
+        marked_by=b"anthropic-version",
     ),
 }
 API_BY_WIRE = {api.wire: api for api in APIS}
+#: Where a request that names no API goes (``GET /v1/models`` without a mark).
+DEFAULT_KIND = UpstreamKind.OPENAI
+#: The paths proxai relays: those under an upstream kind's ``base_path``.
+SERVED_PREFIXES = tuple(
+    sorted({protocol.base_path.decode() for protocol in UPSTREAM_PROTOCOLS.values()})
+)
+
+#: Every header a client's key may come in: none of them goes upstream, whether or not
+#: proxai has a key of its own (``Authorization`` always counts).
+CLIENT_KEY_HEADERS = frozenset(
+    {b"authorization"}.union(
+        OTHER_KEY_HEADERS,
+        *(api.sdk.key_headers for api in APIS),
+        *(protocol.sdk.key_headers for protocol in UPSTREAM_PROTOCOLS.values()),
+    )
+)
 
 
 def api_for(method: str, path: str) -> Api | None:
     """The API whose stream (or body) a request gets: a generation ``POST`` to its
     path, or a ``GET`` resuming one of its streams."""
     if method == "POST":
-        return API_BY_PATH.get(path)
+        api = API_BY_PATH.get(path)
+        if api is not None:
+            return api
+        return next((api for api in APIS if api.path.match(path) is not None), None)
     if method == "GET":
         for api in APIS:
             if api.resumes_under is not None and path.startswith(api.resumes_under):
@@ -213,13 +325,25 @@ def upstream_kind_for(
     path: str, headers: Iterable[tuple[bytes, bytes]], configured: Callable[[UpstreamKind], bool]
 ) -> UpstreamKind:
     """Which kind of upstream a request goes to: its API's (a path under an API's, such
-    as ``/v1/messages/count_tokens``, counts), else Anthropic for a request an
-    Anthropic SDK makes (it sends ``anthropic-version``) when one is ``configured``,
-    else OpenAI-compatible."""
+    as ``/v1/messages/count_tokens``, counts), else the kind whose SDKs' mark it carries
+    (Anthropic's send ``anthropic-version``) when one is ``configured``, else
+    :data:`DEFAULT_KIND`."""
     for api in APIS:
-        if path == api.path or path.startswith(api.path + "/"):
+        if api.path.holds(path):
             return api.upstream
-    anthropic = UpstreamKind.ANTHROPIC_MESSAGES
-    if any(name == b"anthropic-version" for name, _ in headers) and configured(anthropic):
-        return anthropic
-    return UpstreamKind.OPENAI
+    names = {name for name, _ in headers}
+    for protocol in UPSTREAM_PROTOCOLS.values():
+        if protocol.marked_by in names and configured(protocol.kind):
+            return protocol.kind
+    return DEFAULT_KIND
+
+
+def local_answer_for(method: str, path: str) -> tuple[Api, LocalAnswer] | None:
+    """The endpoint proxai may answer itself that a request is for, and its API."""
+    if method != "POST":
+        return None
+    for api in APIS:
+        for answer in api.local_answers:
+            if answer.path == path:
+                return api, answer
+    return None

@@ -15,7 +15,8 @@ from typing import Any
 import attrs
 import trio
 
-from ..config import Config, load_config
+from ..config import Config
+from ..config_file import load_config
 from ..outcome import Outcome
 from ..service.app import ProxaiApp
 from ..upstream.client import UpstreamClient

@@ -10,7 +10,8 @@ from typing import Any
 import attrs
 import trio
 
-from ..config import Config, load_config
+from ..config import Config
+from ..config_file import load_config
 from ..outcome import Outcome
 from ..service.server import serve
 

@@ -12,13 +12,12 @@ from typing import Any
 
 import attrs
 
-from ..config import Protocol as UpstreamKind
+from ..config import TranslationOptions, UpstreamKind
 from ..protocols.names import WireApi
 from ..protocols.table import UPSTREAM_PROTOCOLS
 from .decoders import decoder_for
 from .encoders import encoder_for
 from .ir import TranslationContext
-from .options import TranslationOptions
 from .requests import TRANSLATORS, translate_request
 from .stream import ResponseTranslator, TranslatorFactory
 

@@ -22,7 +22,7 @@ import httpx
 from ..config import TimeoutsConfig, UpstreamConfig
 from ..errors import ProxyError
 from ..outcome import OutcomeKind
-from ..protocols.table import UPSTREAM_PROTOCOLS
+from ..protocols.table import CLIENT_KEY_HEADERS, UPSTREAM_PROTOCOLS
 from ..wire.headers import Headers, request_headers_for_upstream
 from .framing import UpstreamBody, conflicting_framing, surplus_anomaly
 from .h11_transport import H11Pool, H11Transport
@@ -201,6 +201,8 @@ class UpstreamClient:
         self.name = name
         self.timeouts = timeouts  # [timeouts] with this upstream's overrides
         self._base = httpx.URL(upstream.url)
+        #: What proxai's paths start with that the base URL already ends in.
+        self._base_path = UPSTREAM_PROTOCOLS[upstream.protocol].base_path
         self._own_headers = _own_headers(upstream)
         self._urls = UrlCache(self._build_url)
         # Requests go straight to httpx's transport (its public low-level API): the
@@ -292,12 +294,14 @@ class UpstreamClient:
         return self._urls
 
     def _build_url(self, raw_path: bytes, query: bytes) -> httpx.URL:
-        """``/v1/responses`` on proxai maps to ``{base_url}/responses`` upstream.
+        """``/v1/responses`` on proxai maps to ``{base_url}/responses`` upstream (the
+        prefix its ``base_url`` holds is its protocol's ``base_path``).
 
         The path goes out as the client encoded it (``%2F`` stays ``%2F``): decoding
         and re-encoding could turn an escaped ``?`` or ``/`` into a real one.
         """
-        suffix = raw_path[3:] if raw_path.startswith(b"/v1") else raw_path
+        prefix = self._base_path
+        suffix = raw_path[len(prefix) :] if raw_path.startswith(prefix) else raw_path
         target = self._base.raw_path.rstrip(b"/") + suffix
         if query:
             target += b"?" + query
@@ -354,7 +358,9 @@ class UpstreamClient:
         body: bytes,
     ) -> httpx.Response:
         """Send the request through pool ``shard``; the response once its headers are in."""
-        headers = request_headers_for_upstream(client_headers, self._own_headers)
+        headers = request_headers_for_upstream(
+            client_headers, self._own_headers, credentials=CLIENT_KEY_HEADERS
+        )
         request = httpx.Request(
             method,
             self.url_for(raw_path, query),

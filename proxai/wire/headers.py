@@ -3,18 +3,25 @@
 Hop-by-hop headers (RFC 9110 section 7.6.1, plus those named by ``Connection``)
 belong to one connection and never cross. Upstream credentials are proxai's:
 the client's credential headers (``Authorization``, ``x-api-key`` and the other
-headers APIs take keys in) never go up, whether or not proxai has a key of its
-own; proxai's key goes in the header the upstream's protocol expects, and an
-upstream's configured ``headers`` carry any other credential it wants. The upstream
+headers APIs take keys in: the protocol table's ``CLIENT_KEY_HEADERS``, which the
+caller passes) never go up, whether or not proxai has a key of its own; proxai's
+key goes in the header the upstream's protocol expects, and an upstream's
+configured ``headers`` carry any other credential it wants. The upstream
 is asked for an identity encoding, because proxai frames SSE on the bytes as
 they arrive (an upstream that compresses anyway is decoded: :mod:`proxai.wire.coding`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
-__all__ = ["request_headers_for_upstream", "response_headers_for_client"]
+__all__ = [
+    "is_token",
+    "request_headers_for_upstream",
+    "response_headers_for_client",
+    "value_problem",
+]
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -32,19 +39,29 @@ HOP_BY_HOP = frozenset(
     }
 )
 
+#: A header name: RFC 9110's token.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+def is_token(name: str) -> bool:
+    """Whether ``name`` can be a header name."""
+    return _TOKEN.fullmatch(name) is not None
+
+
+def value_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a header value as proxai sends it, if it cannot (never
+    quoting it: the value may be a key)."""
+    if any(c in value for c in "\r\n\0"):
+        return "contains a line break or NUL"
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return "has characters outside latin-1"
+    return None
+
+
 # Request headers proxai sets itself or that only describe the client's connection.
-_NOT_FORWARDED_UP = HOP_BY_HOP | {
-    b"host",
-    b"content-length",
-    b"authorization",
-    b"x-api-key",
-    b"api-key",  # Azure OpenAI clients
-    b"x-goog-api-key",  # Gemini clients
-    b"ocp-apim-subscription-key",  # Azure API Management gateways
-    b"x-auth-token",  # OpenStack-style gateways
-    b"accept-encoding",
-    b"expect",
-}
+_NOT_FORWARDED_UP = HOP_BY_HOP | {b"host", b"content-length", b"accept-encoding", b"expect"}
 
 # Response headers the ASGI server writes itself (date) or that describe the upstream host.
 _NOT_FORWARDED_DOWN = HOP_BY_HOP | {b"content-length", b"alt-svc", b"date"}
@@ -62,14 +79,19 @@ def _connection_tokens(headers: Iterable[tuple[bytes, bytes]]) -> set[bytes]:
 
 
 def request_headers_for_upstream(
-    client_headers: Iterable[tuple[bytes, bytes]], own: Iterable[tuple[bytes, bytes]] = ()
+    client_headers: Iterable[tuple[bytes, bytes]],
+    own: Iterable[tuple[bytes, bytes]] = (),
+    *,
+    credentials: frozenset[bytes],
 ) -> Headers:
-    """The client's headers minus hop-by-hop and credentials, plus proxai's ``own``
-    (the upstream's credential and configured headers, which replace the client's
-    headers of the same name). Names in ``own`` must be lowercase."""
+    """The client's headers minus hop-by-hop and ``credentials`` (lowercase names of the
+    headers a client's key comes in), plus proxai's ``own`` (the upstream's credential
+    and configured headers, which replace the client's headers of the same name).
+    Names in ``own`` must be lowercase."""
     client_headers = list(client_headers)
     own = list(own)
-    drop = _NOT_FORWARDED_UP | _connection_tokens(client_headers) | {n for n, _ in own}
+    drop = _NOT_FORWARDED_UP | credentials | _connection_tokens(client_headers)
+    drop |= {n for n, _ in own}
     out = [(n, v) for n, v in client_headers if n.lower() not in drop]
     out.append((b"accept-encoding", b"identity"))
     out.extend(own)

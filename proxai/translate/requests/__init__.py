@@ -16,14 +16,14 @@ from typing import Any
 
 import orjson
 
+from ...config import TranslationOptions
 from ...errors import ProxyError
+from ...protocols.messages.count_tokens import count_tokens_body, estimate_input_tokens
 from ...protocols.names import WireApi
 from ...wire.json_body import too_deep
 from ..ir import TranslationContext
-from ..options import TranslationOptions
 from .chat_to_messages import chat_to_messages
 from .chat_to_responses import chat_to_responses
-from .count_tokens import count_tokens_body, estimate_input_tokens
 from .errors import translate_error_body
 from .messages_to_chat import messages_to_chat
 from .responses_to_chat import responses_to_chat

@@ -32,10 +32,10 @@ from typing import Any
 
 import orjson
 
+from ...config import TranslationOptions
 from ...protocols.names import WireApi
 from ...wire.json_body import MAX_WRITTEN_DEPTH, json_depth
 from ..ir import CUSTOM_TOOL_PARAMETER, TranslationContext, escape_tool_id
-from ..options import TranslationOptions
 from ._common import (
     SECTIONS_JOINER,
     as_dict,

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...config import TranslationOptions
 from ...protocols.names import WireApi
 from ..ir import TranslationContext
-from ..options import TranslationOptions
 from ._common import (
     SECTIONS_JOINER,
     as_dict,

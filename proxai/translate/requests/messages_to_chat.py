@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...config import TranslationOptions
 from ..ir import REASONING_CARRIER_PREFIX, TranslationContext, unescape_tool_id
-from ..options import TranslationOptions
 from ._common import (
     PARTS_JOINER,
     SECTIONS_JOINER,

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...config import TranslationOptions
 from ..ir import CUSTOM_TOOL_PARAMETER, TranslationContext, unwrap_reasoning
-from ..options import TranslationOptions
 from ._common import (
     PARTS_JOINER,
     SECTIONS_JOINER,
