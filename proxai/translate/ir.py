@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Sequence
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -31,12 +33,14 @@ __all__ = [
     "REASONING_CARRIER_PREFIX",
     "THINKING_SIGNATURE",
     "TOOL_ID_ESCAPE",
+    "Clock",
     "Decoder",
     "Encoder",
     "Event",
     "Failed",
     "FinishReason",
     "Finished",
+    "IdSource",
     "ItemDelta",
     "ItemDone",
     "ItemKind",
@@ -47,6 +51,7 @@ __all__ = [
     "check_well_formed",
     "clamp_count",
     "escape_tool_id",
+    "random_token",
     "unescape_tool_id",
     "unwrap_reasoning",
     "wrap_reasoning",
@@ -247,6 +252,17 @@ class Failed:
 
 Event = Started | ItemStarted | ItemDelta | ItemDone | Usage | Finished | Failed
 
+#: The time now, in Unix seconds (:func:`time.time` unless a test fixes it).
+Clock = Callable[[], float]
+#: A fresh token for an id proxai makes up, unique enough that ids never collide
+#: (:func:`random_token` unless a test counts them).
+IdSource = Callable[[], str]
+
+
+def random_token() -> str:
+    """32 random hex digits, as OpenAI's and Anthropic's own ids end."""
+    return uuid.uuid4().hex
+
 
 @attrs.define
 class TranslationContext:
@@ -278,6 +294,11 @@ class TranslationContext:
     #: :data:`~proxai.outcome.MAX_LISTED` - 1 noted, then ``"... and K more"`` (see
     #: :func:`~proxai.outcome.listed`). Filled by :meth:`note_dropped`.
     dropped: list[str] = attrs.field(factory=list)
+    #: The time the encoders write (``created``, ``created_at``, ``completed_at``) and the
+    #: source of the ids they make up: arguments, as :class:`~proxai.policy.retry.RetryPlan`
+    #: takes its rng, so a translation is a function of its input.
+    clock: Clock = attrs.field(default=time.time, repr=False, eq=False)
+    ids: IdSource = attrs.field(default=random_token, repr=False, eq=False)
     #: Every path noted, while the request is translated (each is listed or counted once).
     _dropped_paths: set[str] = attrs.field(factory=set, init=False, repr=False, eq=False)
 
@@ -297,6 +318,14 @@ class TranslationContext:
         """The request is translated: let go of what only that needed (the paths noted),
         since the context lives as long as the response."""
         self._dropped_paths = set()
+
+    def now(self) -> int:
+        """The time now, in whole Unix seconds (as every API writes it)."""
+        return int(self.clock())
+
+    def new_id(self, prefix: str) -> str:
+        """A fresh id in an API's style (``msg_...``, ``fc_...``)."""
+        return prefix + self.ids()
 
     def client_tool_name(self, upstream_name: str | None) -> str | None:
         """The client's name for a tool the upstream called."""

@@ -87,7 +87,7 @@ class EncoderBase(abc.ABC):
         if self._started:
             return b""
         self._started = True
-        self._id = derive_id(event.id, self.ID_PREFIX)
+        self._id = derive_id(event.id, self.ID_PREFIX, self._ctx.new_id)
         self._model = self._ctx.model or event.model or "unknown"
         return self._opened(event)
 

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import re
-import uuid
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-from ..ir import CUSTOM_TOOL_PARAMETER, Usage, escape_tool_id
+from ..ir import CUSTOM_TOOL_PARAMETER, Usage
 
 __all__ = [
     "derive_id",
     "merge_usage",
-    "new_id",
-    "safe_id",
     "sse_data",
     "sse_event",
     "unwrap_custom_input",
@@ -25,14 +23,10 @@ _ID_PREFIXES = ("chatcmpl-", "resp_", "msg_")
 _UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 
 
-def new_id(prefix: str) -> str:
-    """A fresh id in an API's style (``msg_...``, ``fc_...``)."""
-    return prefix + uuid.uuid4().hex
-
-
-def derive_id(upstream_id: str | None, prefix: str) -> str:
+def derive_id(upstream_id: str | None, prefix: str, new_id: Callable[[str], str]) -> str:
     """The client API's id for the upstream's response: the same token under the client's
-    prefix (``chatcmpl-abc`` -> ``resp_abc``), so logs on both sides match; fresh if none."""
+    prefix (``chatcmpl-abc`` -> ``resp_abc``), so logs on both sides match; ``new_id``'s if
+    none."""
     if not upstream_id:
         return new_id(prefix)
     if upstream_id.startswith(prefix):
@@ -44,13 +38,6 @@ def derive_id(upstream_id: str | None, prefix: str) -> str:
             break
     token = _UNSAFE_ID_CHARS.sub("_", token)
     return prefix + token if token else new_id(prefix)
-
-
-def safe_id(value: str) -> str:
-    """A tool id Anthropic accepts for the upstream's ``value``, escaped reversibly
-    (``functions.Bash:0`` -> ``proxai-id-functions-2eBash-3a0``): the client's
-    ``tool_result`` next turn goes back to the upstream under the id it issued."""
-    return escape_tool_id(value) if value else new_id("toolu_")
 
 
 def merge_usage(old: Usage, new: Usage) -> Usage:

@@ -11,6 +11,7 @@ translated raises :class:`~proxai.errors.ProxyError` (400
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +20,7 @@ import orjson
 from ...errors import ProxyError
 from ...protocols.names import WireApi
 from ...wire.json_body import too_deep
-from ..ir import TranslationContext
+from ..ir import Clock, IdSource, TranslationContext, random_token
 from ..options import TranslationOptions
 from .chat_to_messages import chat_to_messages
 from .chat_to_responses import chat_to_responses
@@ -65,10 +66,18 @@ TRANSLATORS: dict[tuple[WireApi, WireApi], Translator] = {
 
 
 def translate_request(
-    client: WireApi, upstream: WireApi, body: dict[str, JSON], options: TranslationOptions
+    client: WireApi,
+    upstream: WireApi,
+    body: dict[str, JSON],
+    options: TranslationOptions,
+    *,
+    clock: Clock = time.time,
+    ids: IdSource = random_token,
 ) -> tuple[dict[str, JSON], TranslationContext]:
     """``body``, a ``client`` API request, as an ``upstream`` API request, and what the
-    response's translators need to know about it. ``body`` is not modified."""
+    response's translators need to know about it (``clock`` and ``ids`` included: the
+    response's encoder reads the time and makes up ids from them). ``body`` is not
+    modified."""
     translator = TRANSLATORS.get((client, upstream))
     if translator is None:
         raise ProxyError(
@@ -80,6 +89,8 @@ def translate_request(
         upstream=upstream,
         stream=bool(body.get("stream")),
         model=model if isinstance(model, str) else None,
+        clock=clock,
+        ids=ids,
     )
     try:
         translated = translator(body, options, ctx)
