@@ -994,3 +994,20 @@ def test_a_translated_request_hands_its_clock_and_ids_to_the_response() -> None:
     )
     frames = encoder_for(WireApi.RESPONSES, request.context).feed(Started())
     assert b'"id":"resp_t1"' in frames and b'"created_at":1767225600' in frames
+
+
+@pytest.mark.parametrize(
+    ("upstream_id", "client", "expected"),
+    [
+        ("chatcmpl-abc", WireApi.RESPONSES, "resp_abc"),
+        ("resp_abc", WireApi.MESSAGES, "msg_abc"),
+        ("msg_abc", WireApi.CHAT, "chatcmpl-abc"),
+        ("msg_abc", WireApi.MESSAGES, "msg_abc"),
+        ("gen-1.2", WireApi.MESSAGES, "msg_gen-1_2"),
+    ],
+)
+def test_an_upstream_id_in_any_apis_style_keeps_its_token(
+    upstream_id: str, client: WireApi, expected: str
+) -> None:
+    frames = encoder_for(client, fixed(client)).feed(Started(id=upstream_id))
+    assert b'"%s"' % expected.encode() in frames

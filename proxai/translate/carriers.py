@@ -28,6 +28,7 @@ and one where nothing is dropped is forwarded as the client sent it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..protocols.names import WireApi
@@ -48,17 +49,14 @@ _THINKING_EDIT_PREFIX = "clear_thinking"
 def carries_proxai_reasoning(body: bytes, wire: WireApi | None) -> bool:
     """Whether a request of ``wire``'s API may carry proxai's reasoning carriers: one bytes
     search, so a request without them costs nothing more."""
-    return wire in (WireApi.RESPONSES, WireApi.MESSAGES) and CARRIER_MARK in body
+    return wire in _STRIPPERS and CARRIER_MARK in body
 
 
 def strip_proxai_reasoning(data: dict[str, JSON], wire: WireApi | None) -> list[str]:
     """Drop proxai's carriers from ``data``, a ``wire`` request, in place (see the module
     docstring); the request fields dropped, as dotted paths (empty: ``data`` untouched)."""
-    if wire is WireApi.RESPONSES:
-        return _strip_responses(data)
-    if wire is WireApi.MESSAGES:
-        return _strip_messages(data)
-    return []
+    strip = _STRIPPERS.get(wire) if wire is not None else None
+    return strip(data) if strip is not None else []
 
 
 def _is_carrier(value: JSON) -> bool:
@@ -169,3 +167,11 @@ def _turn_thinking_off(data: dict[str, JSON]) -> list[str]:
 def _thinking_edit(edit: JSON) -> bool:
     kind = edit.get("type") if isinstance(edit, dict) else None
     return isinstance(kind, str) and kind.startswith(_THINKING_EDIT_PREFIX)
+
+
+#: The APIs whose history can hold proxai's carriers, and how each loses them (Chat has
+#: none: reasoning in a Chat history is plain ``reasoning_content``).
+_STRIPPERS: dict[WireApi, Callable[[dict[str, JSON]], list[str]]] = {
+    WireApi.RESPONSES: _strip_responses,
+    WireApi.MESSAGES: _strip_messages,
+}

@@ -285,7 +285,8 @@ class TranslationContext:
     #: The client asked for ``include: ["reasoning.encrypted_content"]``: put reasoning
     #: in the carrier so it can come back next turn.
     reasoning_carrier: bool = False
-    #: Chat client asked ``stream_options.include_usage``: send the usage chunk.
+    #: The client's streamed request asked ``stream_options.include_usage`` (a Chat
+    #: client's, as only Chat has it): its encoder sends the usage chunk.
     include_usage: bool = False
     #: Request fields the client API echoes in its response object (Responses:
     #: instructions, tools, tool_choice, parallel_tool_calls, text, reasoning, ...).

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
@@ -18,21 +18,24 @@ __all__ = [
     "unwrap_custom_input",
 ]
 
-#: Prefixes the three APIs put on their response ids, stripped before another is put on.
-_ID_PREFIXES = ("chatcmpl-", "resp_", "msg_")
 _UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 
 
-def derive_id(upstream_id: str | None, prefix: str, new_id: Callable[[str], str]) -> str:
+def derive_id(
+    upstream_id: str | None,
+    prefix: str,
+    new_id: Callable[[str], str],
+    known_prefixes: Iterable[str],
+) -> str:
     """The client API's id for the upstream's response: the same token under the client's
-    prefix (``chatcmpl-abc`` -> ``resp_abc``), so logs on both sides match; ``new_id``'s if
-    none."""
+    prefix (``chatcmpl-abc`` -> ``resp_abc``; any of ``known_prefixes``, the APIs' own, is
+    stripped first), so logs on both sides match; ``new_id``'s if none."""
     if not upstream_id:
         return new_id(prefix)
     if upstream_id.startswith(prefix):
         return upstream_id
     token = upstream_id
-    for known in _ID_PREFIXES:
+    for known in known_prefixes:
         if token.startswith(known):
             token = token[len(known) :]
             break

@@ -84,11 +84,20 @@ def translate_request(
             500, f"proxai cannot translate {client} requests to {upstream}", "server_error"
         )
     model = body.get("model")
+    stream = bool(body.get("stream"))
+    # Read here, from the client's own body: a composed pair's second half sees the first
+    # half's request, which asks for usage whatever the client asked.
+    stream_options = body.get("stream_options")
     ctx = TranslationContext(
         client=client,
         upstream=upstream,
-        stream=bool(body.get("stream")),
+        stream=stream,
         model=model if isinstance(model, str) else None,
+        include_usage=(
+            stream
+            and isinstance(stream_options, dict)
+            and bool(stream_options.get("include_usage"))
+        ),
         clock=clock,
         ids=ids,
     )

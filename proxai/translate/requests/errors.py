@@ -12,8 +12,9 @@ from typing import Any
 
 import orjson
 
-from ...errors import anthropic_error_type, error_body
+from ...errors import ProxyError
 from ...protocols.names import WireApi
+from ...protocols.table import API_BY_WIRE
 
 __all__ = ["UpstreamError", "read_error", "translate_error_body"]
 
@@ -65,15 +66,13 @@ def read_error(status: int, body: bytes) -> UpstreamError:
 def translate_error_body(status: int, body: bytes, upstream: WireApi, client: WireApi) -> bytes:
     """``body``, an upstream's error answer with HTTP ``status``, in ``client``'s error JSON.
 
-    Anthropic's error ``type`` follows the status (as proxai's own errors do);
-    OpenAI's keeps the upstream's type, or ``server_error`` / ``invalid_request_error``
-    by status when it gave none.
+    Written as proxai's own errors are, in the error shape of the client API's SDKs:
+    Anthropic's error ``type`` follows the status; OpenAI's keeps the upstream's type, or
+    ``server_error`` / ``invalid_request_error`` by status when it gave none.
     """
     if upstream is client:
         return body
     message, kind, param, code = read_error(status, body)
-    if client is WireApi.MESSAGES:
-        error = {"type": anthropic_error_type(status), "message": message}
-        return orjson.dumps({"type": "error", "error": error})
     kind = kind or ("server_error" if status >= 500 else "invalid_request_error")
-    return error_body(message, kind, param=param, code=code)
+    error = ProxyError(status, message, kind, param, code)
+    return error.body(API_BY_WIRE[client].sdk.error_shape)
