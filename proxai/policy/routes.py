@@ -72,9 +72,6 @@ class Router:
     def has_protocol(self, protocol: Protocol) -> bool:
         return protocol in self._protocols.values()
 
-    def protocol_of(self, name: str) -> Protocol:
-        return self._protocols[name]
-
     def route_for(
         self, model: str | None, *, native: Serves, serves: Serves, missing: str
     ) -> Route:

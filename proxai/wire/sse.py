@@ -22,7 +22,6 @@ import attrs
 __all__ = ["SSEFrame", "SSEFramer"]
 
 _LF = 0x0A
-_CR = 0x0D
 _COLON = 0x3A
 _BOM = b"\xef\xbb\xbf"
 
