@@ -22,6 +22,7 @@ import orjson
 
 from ...protocols.aggregate import Aggregate
 from ...protocols.chat.observer import synthesized_error
+from ...wire.sse import sse_event
 from ..ir import (
     Failed,
     Finished,
@@ -34,7 +35,6 @@ from ..ir import (
     TranslationContext,
 )
 from ._base import EncoderBase
-from .common import sse_data
 
 __all__ = ["ChatEncoder"]
 
@@ -206,7 +206,7 @@ class ChatEncoder(EncoderBase):
             return b""
         out = self._chunk({}, finish_reason=finish_reason)
         if self._ctx.include_usage:
-            out += sse_data(self._chunk_json([]) | {"usage": self._usage_json()})
+            out += sse_event(None, self._chunk_json([]) | {"usage": self._usage_json()})
         return out + _DONE
 
     def _failed(self, event: Failed) -> bytes:
@@ -237,7 +237,7 @@ class ChatEncoder(EncoderBase):
         if self._quiet:
             return b""
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        return sse_data(self._chunk_json([choice]))
+        return sse_event(None, self._chunk_json([choice]))
 
     def _chunk_json(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
         return self._chunk_fields | {"choices": choices}

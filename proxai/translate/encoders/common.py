@@ -1,10 +1,9 @@
-"""What the three encoders share: ids, usage, framing, the tool-call repairs."""
+"""What the three encoders share: ids, usage, the tool-call repairs."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import orjson
 
@@ -13,8 +12,6 @@ from ..ir import CUSTOM_TOOL_PARAMETER, Usage
 __all__ = [
     "derive_id",
     "merge_usage",
-    "sse_data",
-    "sse_event",
     "unwrap_custom_input",
 ]
 
@@ -70,13 +67,3 @@ def unwrap_custom_input(arguments: str) -> str:
         if isinstance(value, str):
             return value
     return arguments
-
-
-def sse_event(event_type: str, payload: dict[str, Any]) -> bytes:
-    """One ``event:`` + ``data:`` frame."""
-    return b"event: " + event_type.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
-
-
-def sse_data(payload: dict[str, Any]) -> bytes:
-    """One data-only frame (Chat Completions)."""
-    return b"data: " + orjson.dumps(payload) + b"\n\n"

@@ -24,6 +24,7 @@ import orjson
 
 from ...protocols.aggregate import Aggregate
 from ...protocols.messages.observer import synthesized_error
+from ...wire.sse import sse_event
 from ..ir import (
     THINKING_SIGNATURE,
     Failed,
@@ -38,7 +39,6 @@ from ..ir import (
     escape_tool_id,
 )
 from ._base import EncoderBase
-from .common import sse_event
 
 __all__ = ["MessagesEncoder"]
 

@@ -19,6 +19,7 @@ import orjson
 
 from ...protocols.aggregate import Aggregate
 from ...protocols.responses.observer import synthesized_error
+from ...wire.sse import sse_event
 from ..ir import (
     Failed,
     Finished,
@@ -32,7 +33,7 @@ from ..ir import (
     wrap_reasoning,
 )
 from ._base import EncoderBase
-from .common import sse_event, unwrap_custom_input
+from .common import unwrap_custom_input
 
 __all__ = ["ResponsesEncoder"]
 
