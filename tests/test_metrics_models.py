@@ -18,7 +18,7 @@ from proxai.config import ConfigError, MetricsConfig, load_config
 from proxai.ops.metrics import Metrics
 from proxai.outcome import Outcome
 from proxai.testing import Script
-from tests.test_observability import metric
+from tests.helpers import metric
 
 
 def _served(model: str) -> Outcome:

@@ -27,6 +27,7 @@ from proxai.testing.seed import (
     turn1_stalled_script,
     turn_bytes,
 )
+from tests.helpers import metric
 from tests.process import serve_process
 
 TURN1 = turn_bytes(TURN1_EVENTS)
@@ -178,18 +179,6 @@ async def test_slow_requests_are_logged_at_warning(
     assert record.levelname == "WARNING"
     assert record.getMessage().startswith("POST /v1/responses 200 completed request_id=req_")
     assert " slow=True" in record.getMessage()
-
-
-def metric(text: str, name: str, **labels: str) -> float:
-    """The value of one sample in Prometheus text format."""
-    for line in text.splitlines():
-        if not line.startswith(name + "{") and not line.startswith(name + " "):
-            continue
-        sample, value = line.rsplit(" ", 1)
-        found = dict(re.findall(r'(\w+)="([^"]*)"', sample))
-        if all(found.get(k) == v for k, v in labels.items()):
-            return float(value)
-    raise AssertionError(f"no sample {name} {labels} in:\n{text}")
 
 
 async def test_metrics_count_what_happened(start_upstream: Any, proxai_for: Any) -> None:
