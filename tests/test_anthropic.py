@@ -14,80 +14,21 @@ from proxai.outcome import OutcomeKind
 from proxai.testing import Close, Script, Send, Sleep, Stall
 from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.streams import FAST_TIMEOUTS, data_frames
+from tests.helpers import (
+    ANTHROPIC_UPSTREAM,
+    END,
+    MESSAGE_START,
+    MESSAGES,
+    REQUEST,
+    TEXT,
+    TOOL,
+    WHOLE,
+    event,
+)
 
 anthropic = pytest.importorskip("anthropic")
 
-MESSAGES = "/v1/messages"
-REQUEST = {
-    "model": "claude-test-model",
-    "max_tokens": 1024,
-    "stream": True,
-    "messages": [{"role": "user", "content": "北京今天适合跑步吗？"}],
-    "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}],
-}
 SSE_HEADERS = (("content-type", "text/event-stream; charset=utf-8"), ("request-id", "req_1"))
-
-
-def event(kind: str, **fields: Any) -> bytes:
-    payload = json.dumps({"type": kind, **fields}, ensure_ascii=False, separators=(",", ":"))
-    return f"event: {kind}\ndata: {payload}\n\n".encode()
-
-
-MESSAGE_START = event(
-    "message_start",
-    message={
-        "id": "msg_01",
-        "type": "message",
-        "role": "assistant",
-        "content": [],
-        "model": "claude-test-model",
-        "stop_reason": None,
-        "stop_sequence": None,
-        "usage": {"input_tokens": 25, "output_tokens": 1},
-    },
-)
-TEXT = [
-    event("content_block_start", index=0, content_block={"type": "text", "text": ""}),
-    event("ping"),
-    event("content_block_delta", index=0, delta={"type": "text_delta", "text": "我查一下"}),
-    event("content_block_delta", index=0, delta={"type": "text_delta", "text": "天气。"}),
-    event("content_block_stop", index=0),
-]
-TOOL = [
-    event(
-        "content_block_start",
-        index=1,
-        content_block={"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {}},
-    ),
-    event("content_block_delta", index=1, delta={"type": "input_json_delta", "partial_json": ""}),
-    event(
-        "content_block_delta",
-        index=1,
-        delta={"type": "input_json_delta", "partial_json": '{"city": '},
-    ),
-    event(
-        "content_block_delta",
-        index=1,
-        delta={"type": "input_json_delta", "partial_json": '"北京"}'},
-    ),
-    event("content_block_stop", index=1),
-]
-END = [
-    event(
-        "message_delta",
-        delta={"stop_reason": "tool_use", "stop_sequence": None},
-        usage={"output_tokens": 42},
-    ),
-    event("message_stop"),
-]
-WHOLE = [MESSAGE_START, *TEXT, *TOOL, *END]
-ANTHROPIC_UPSTREAM = {
-    "claude": {
-        "protocol": "anthropic_messages",
-        "base_url": "http://anthropic.test/v1",
-        "api_key": "sk-ant-upstream",
-    }
-}
 
 
 def second_tool(partial_json: str) -> list[bytes]:

@@ -17,7 +17,7 @@ from proxai.protocols.table import ANTHROPIC_SDK, OPENAI_SDK
 from proxai.testing import Script, Sleep
 from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, turn_bytes
-from tests.test_anthropic import ANTHROPIC_UPSTREAM, MESSAGES, REQUEST, WHOLE
+from tests.helpers import ANTHROPIC_UPSTREAM, MESSAGES, REQUEST, WHOLE
 
 TURN1 = turn_bytes(TURN1_EVENTS)
 CUT = len(turn_bytes(TURN1_EVENTS[:3]))  # after three whole events

@@ -27,7 +27,7 @@ from proxai.translate.carriers import (
     strip_proxai_reasoning,
 )
 from proxai.translate.ir import THINKING_SIGNATURE, wrap_reasoning
-from tests.test_translation import (
+from tests.helpers import (
     CHAT_UPSTREAM,
     TOOL_CALL_STREAM,
     WEATHER_TOOL,

@@ -3,11 +3,14 @@ real server."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
+import re
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
@@ -16,22 +19,18 @@ from hypothesis import strategies as st
 from proxai.config import TimeoutsConfig
 from proxai.errors import ProxyError
 from proxai.outcome import Outcome, OutcomeKind
-from proxai.protocols.chat.observer import ChatObserver
-from proxai.protocols.chat.request import project_chat
-from proxai.protocols.messages.observer import MessagesObserver
-from proxai.protocols.messages.request import project_messages
 from proxai.protocols.observer import Verdict
-from proxai.protocols.responses.observer import ResponsesObserver
-from proxai.protocols.responses.request import project_responses
+from proxai.protocols.table import APIS, WireApi
+from proxai.protocols.tracking import StreamLimits
 from proxai.testing import Reset, Script, Send
 from proxai.testing.seed import TURN1_EVENTS, turn_bytes
+from proxai.wire.json_body import load_json_object
 from proxai.wire.sse import SSEFramer
 
 TIMEOUTS = TimeoutsConfig(idle=30.0, tool_arguments=20.0, total=1000.0)
+#: Every API's stream observer, from the table (for a stream whose request it did not see).
 OBSERVERS = {
-    "responses": lambda: ResponsesObserver(TIMEOUTS),
-    "chat": lambda: ChatObserver(TIMEOUTS),
-    "anthropic": lambda: MessagesObserver(TIMEOUTS),
+    api.wire: functools.partial(api.observer, TIMEOUTS, None, StreamLimits()) for api in APIS
 }
 
 json_values = st.recursive(
@@ -93,7 +92,9 @@ def check_closing(verdict: Verdict) -> None:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(protocol=st.sampled_from(list(OBSERVERS)), stream=streams(), data=st.data())
-def test_observers_survive_any_stream(protocol: str, stream: bytes, data: st.DataObject) -> None:
+def test_observers_survive_any_stream(
+    protocol: WireApi, stream: bytes, data: st.DataObject
+) -> None:
     observer = OBSERVERS[protocol]()
     framer = SSEFramer()
     observer.on_start(0.0)
@@ -120,31 +121,56 @@ def test_observers_survive_any_stream(protocol: str, stream: bytes, data: st.Dat
     assert len(outcome.anomalies) <= 21  # bounded, whatever came in
 
 
-PROJECTIONS = {
-    "responses": project_responses,
-    "chat": project_chat,
-    "anthropic": project_messages,
-}
+#: Every API's request projection, from the table.
+PROJECTIONS = {api.wire: api.project for api in APIS}
 KEYS = ["model", "stream", "tools", "tool_choice", "input", "messages", "metadata", "include",
         "max_output_tokens", "max_tokens", "temperature", "reasoning", "text", "stop", "n",
         "conversation", "prompt", "previous_response_id", "stream_options", "system"]  # fmt: skip
 
 
+def field_of(path: str) -> str:
+    """The body's key a 400's ``param`` starts at (``tools[0].name`` -> ``tools``)."""
+    return re.split(r"[.\[]", path, maxsplit=1)[0]
+
+
 @settings(max_examples=400, deadline=None)
 @given(
-    protocol=st.sampled_from(list(PROJECTIONS)),
+    wire=st.sampled_from(list(PROJECTIONS)),
     body=st.dictionaries(st.sampled_from(KEYS), json_values, max_size=6) | json_values,
 )
-def test_projections_accept_or_refuse_with_400(protocol: str, body: Any) -> None:
-    project = PROJECTIONS[protocol]
+def test_projections_accept_or_refuse_with_400(wire: WireApi, body: Any) -> None:
+    """A body is projected with what it says, or refused with a 400 naming one of its own
+    fields; a body that is no JSON object is refused before any projection sees it."""
+    if not isinstance(body, dict):
+        with pytest.raises(ProxyError) as refused:
+            load_json_object(orjson.dumps(body))
+        assert (refused.value.status, refused.value.code) == (400, "invalid_json")
+        return
     try:
-        if protocol == "responses":
-            project(json.dumps(body).encode())
-        elif isinstance(body, dict):
-            project(body)
+        projection = PROJECTIONS[wire](body)
     except ProxyError as exc:
-        assert exc.status == 400
-        assert exc.type == "invalid_request_error"
+        assert (exc.status, exc.type) == (400, "invalid_request_error")
+        assert exc.param is not None and field_of(exc.param) in body, exc
+        return
+    assert projection.model == body.get("model")
+    assert projection.stream == body.get("stream")
+    assert all(isinstance(name, str) for name in projection.tool_names())
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    wire=st.sampled_from(list(PROJECTIONS)),
+    model=st.text(min_size=1, max_size=20),
+    stream=st.booleans() | st.none(),
+)
+def test_projections_read_a_plain_body(wire: WireApi, model: str, stream: bool | None) -> None:
+    """What every API's body has is read back: a projection that refused or misread every
+    body would pass the test above on refusals alone."""
+    body: dict[str, Any] = {"model": model}
+    if stream is not None:
+        body["stream"] = stream
+    projection = PROJECTIONS[wire](body)
+    assert (projection.model, projection.stream) == (model, stream)
 
 
 # --- odd HTTP through a real server -----------------------------------------------------------

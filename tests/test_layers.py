@@ -125,13 +125,6 @@ TABLE_MODULES = {
     "proxai/translate/requests/__init__.py",  # each pair's request translator
     "proxai/translate/carriers.py",  # the APIs whose requests hold proxai's carriers
 }
-#: Branches on the protocol still to go (issue 21, item 2: the helpers that own these
-#: files remove them). Empty this at merge; nothing may be added to it.
-NOT_YET_TABLED = {
-    "proxai/translate/requests/chat_to_responses.py",  # ctx.client is WireApi.CHAT
-    "proxai/translate/requests/chat_to_messages.py",  # ctx.client is WireApi.CHAT
-    "proxai/translate/requests/errors.py",  # client is WireApi.MESSAGES
-}
 PROTOCOL_ENUMS = ("WireApi", "UpstreamKind")
 
 
@@ -157,11 +150,6 @@ def test_no_module_outside_the_table_branches_on_the_protocol() -> None:
     named = []
     for path in sorted(ROOT.rglob("*.py")):
         module = str(path.relative_to(ROOT.parent))
-        if module not in TABLE_MODULES | NOT_YET_TABLED:
+        if module not in TABLE_MODULES:
             named += _members_named(path)
     assert named == [], "put what depends on the protocol in a row of protocols/table.py"
-
-
-def test_the_allow_list_of_branches_to_go_holds_only_branches() -> None:
-    """A file whose branch went leaves the list (so the list only ever shrinks)."""
-    assert [m for m in sorted(NOT_YET_TABLED) if not _members_named(ROOT.parent / m)] == []

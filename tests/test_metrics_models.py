@@ -19,7 +19,7 @@ from proxai.config_file import load_config
 from proxai.ops.metrics import Metrics
 from proxai.outcome import Outcome
 from proxai.testing import Script
-from tests.test_observability import metric
+from tests.helpers import metric
 
 
 def _served(model: str) -> Outcome:

@@ -27,6 +27,7 @@ from proxai.testing.seed import (
     turn1_stalled_script,
     turn_bytes,
 )
+from tests.helpers import metric
 from tests.process import serve_process
 
 TURN1 = turn_bytes(TURN1_EVENTS)
@@ -180,18 +181,6 @@ async def test_slow_requests_are_logged_at_warning(
     assert " slow=True" in record.getMessage()
 
 
-def metric(text: str, name: str, **labels: str) -> float:
-    """The value of one sample in Prometheus text format."""
-    for line in text.splitlines():
-        if not line.startswith(name + "{") and not line.startswith(name + " "):
-            continue
-        sample, value = line.rsplit(" ", 1)
-        found = dict(re.findall(r'(\w+)="([^"]*)"', sample))
-        if all(found.get(k) == v for k, v in labels.items()):
-            return float(value)
-    raise AssertionError(f"no sample {name} {labels} in:\n{text}")
-
-
 async def test_metrics_count_what_happened(start_upstream: Any, proxai_for: Any) -> None:
     upstream = await start_upstream(stalling_seed)
     tables = {
@@ -291,7 +280,7 @@ async def test_captures_hold_the_raw_exchange_with_keys_redacted(
             headers={"authorization": "Bearer sk-client-secret", "x-trace": "t-1"},
         )
         await px.wait_for_outcomes(1)
-        await trio.sleep(0.2)  # the capture is written by a thread once the request ended
+    # Leaving proxai_for waited for the request's task, which saves its capture shielded.
     (folder,) = (tmp_path / "captures").iterdir()
     assert folder.name.endswith(response.headers["x-proxai-request-id"])
     request = (folder / "request.http").read_bytes()
@@ -313,13 +302,13 @@ async def test_captures_are_capped_and_only_the_newest_kept(
 ) -> None:
     upstream = await start_upstream(seed_responder)
     capture = {"enabled": True, "dir": str(tmp_path / "captures"), "keep": 2, "max_bytes": 500}
-    async with proxai_for(upstream, capture=capture) as px, httpx.AsyncClient() as client:
-        ids = []
-        for _ in range(4):
+    ids = []
+    for _ in range(4):
+        # One proxai each: leaving it waits for the capture (saved shielded as the request's
+        # task ends), so the four are saved in order, and the folder is pruned by four.
+        async with proxai_for(upstream, capture=capture) as px, httpx.AsyncClient() as client:
             response = await client.post(px.base_url + "/responses", json=TURN1_REQUEST)
             ids.append(response.headers["x-proxai-request-id"])
-            await trio.sleep(0.3)
-        await px.wait_for_outcomes(4)
     folders = sorted(p.name for p in (tmp_path / "captures").iterdir())
     assert len(folders) == 2
     assert {f.rsplit("-", 1)[1] for f in folders} == set(ids[2:])

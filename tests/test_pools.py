@@ -26,7 +26,7 @@ from proxai.testing.raw_upstream import RawUpstream, raw_response
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, turn_bytes
 from proxai.upstream.client import UpstreamClient
 from proxai.upstream.h11_transport import H11Connection, H11Transport
-from tests.test_upstream_client import _burst as burst
+from tests.helpers import burst
 
 TURN1 = turn_bytes(TURN1_EVENTS)
 

@@ -8,7 +8,6 @@ memory_harness: first_byte 10 s, total 1000 s.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -23,34 +22,13 @@ from proxai.policy.retry import RetryPlan, parse_retry_after
 from proxai.testing import RecordedRequest, Reset, Script, Sleep, Stall
 from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, turn_bytes
+from tests.helpers import BACKUP, FALLBACK, by_host, error_json
 
 TURN1 = turn_bytes(TURN1_EVENTS)
-BACKUP = {"backup": {"base_url": "http://backup.test/v1", "api_key": "sk-backup"}}
-FALLBACK = [{"model": "*", "upstreams": ["default", "backup"]}]
 #: Rounds: more attempts than upstreams, so upstreams are revisited after a backoff.
 ON = {"max_attempts": 3, "backoff_initial": 1.0, "backoff_max": 8.0, "retry_after_max": 10.0}
 #: proxai's own defaults (MemoryProxy turns retries off unless told).
 DEFAULTS: dict[str, Any] = {}
-
-
-def error_json(status: int, **headers: str) -> Script:
-    body = {"error": {"message": f"upstream says {status}", "type": "server_error"}}
-    return Script.json(body, status=status, headers=tuple(headers.items()))
-
-
-def by_host(**scripts: Script | list[Script]) -> Callable[[RecordedRequest], Script]:
-    """Each upstream plays its own script (or its scripts in turn, the last repeating)."""
-    seen: dict[str, int] = {}
-
-    def respond(request: RecordedRequest) -> Script:
-        host = (request.header("host") or "").split(".")[0]
-        played = scripts["default" if host == "upstream" else host]
-        if isinstance(played, Script):
-            return played
-        n = seen[host] = seen.get(host, -1) + 1
-        return played[min(n, len(played) - 1)]
-
-    return respond
 
 
 def hosts(proxy: MemoryProxy) -> list[str]:

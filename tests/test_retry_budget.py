@@ -24,7 +24,7 @@ from proxai.policy.retry import RetryBudget
 from proxai.testing import Script, ScriptedUpstream, open_proxai
 from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.seed import TURN1_REQUEST
-from tests.test_retries import BACKUP, FALLBACK, by_host, error_json
+from tests.helpers import BACKUP, FALLBACK, by_host, error_json
 
 # -- the arithmetic --------------------------------------------------------------------
 

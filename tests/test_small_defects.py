@@ -24,7 +24,7 @@ from proxai.testing import Script
 from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, turn_bytes
 from proxai.wire.query import query_for_upstream
-from tests.test_observability import metric
+from tests.helpers import metric
 
 TURN1 = turn_bytes(TURN1_EVENTS)
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import itertools
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxai.wire.sse import SSEFrame, SSEFramer
+from proxai.wire.sse import SSEFrame, SSEFramer, sse_event
 
 
 def frame_all(chunks: list[bytes]) -> tuple[list[SSEFrame], bytes]:
@@ -159,3 +160,14 @@ def test_arbitrary_bytes_are_kept(data: bytes, draw: st.DataObject) -> None:
     assert b"".join(f.raw for f in frames) + tail == data
     # every frame but a CR-terminated one ends with a line end
     assert all(f.raw.endswith((b"\n", b"\r")) for f in frames)
+
+
+@pytest.mark.parametrize("event", [None, "response.created"])
+def test_the_writer_writes_one_frame_the_framer_reads_back(event: str | None) -> None:
+    payload = {"text": "two\nlines\r\u2028and more", "n": 1}
+    raw = sse_event(event, payload)
+    frames, rest = frame_all([raw])
+    assert rest == b""
+    assert [(f.raw, f.event, orjson.loads(f.data or b"")) for f in frames] == [
+        (raw, event, payload)
+    ]

@@ -26,7 +26,7 @@ from proxai.service.server import bind_sockets, hypercorn_config
 from proxai.testing import RecordedRequest, Script, Send, Sleep, sse_event
 from proxai.testing.memory_proxy import MEMORY_TIMEOUTS, MemoryProxy
 from proxai.testing.seed import TURN1_REQUEST
-from tests.test_observability import metric
+from tests.helpers import metric
 
 linux_only = pytest.mark.skipif(
     not hasattr(socket, "TCP_USER_TIMEOUT"), reason="TCP_USER_TIMEOUT is Linux-only"

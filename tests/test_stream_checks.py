@@ -7,6 +7,8 @@ the SDK oracles: a check that failed real OpenAI streams would prove nothing.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import openai
@@ -247,3 +249,25 @@ def test_recorded_chat_streams_pass_the_checks_and_the_sdk(transcript: Transcrip
     reasons = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
     final = checks.chat_final(transcript.body)
     assert [r for r in reasons if r] == [final.choices[0].finish_reason]
+
+
+def test_the_checks_import_and_run_without_the_sdks() -> None:
+    """Only the oracles need openai and anthropic: code behind proxai can check streams with
+    proxai alone (an import of a blocked module raises ImportError)."""
+    code = (
+        "import sys\n"
+        "for name in ('openai', 'anthropic', 'httpx2'):\n"
+        "    sys.modules[name] = None\n"
+        "from proxai.testing import stream_checks as checks\n"
+        'body = b\'data: {"id":"c","object":"chat.completion.chunk","created":1,\'\n'
+        'body += b\'"model":"m","choices":[{"index":0,"delta":{"content":"hi"},\'\n'
+        'body += b\'"finish_reason":"stop"}]}\\n\\ndata: [DONE]\\n\\n\'\n'
+        "print(len(checks.check_chat_stream(body)))\n"
+        "try:\n"
+        "    checks.chat_final(body)\n"
+        "except ImportError:\n"
+        "    print('oracle needs the sdk')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("\n")[:2] == ["1", "oracle needs the sdk"]

@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxai.protocols.names import WireApi
+from proxai.testing.neutral_events import check_well_formed, events_of
 from proxai.translate.decoders import (
     ChatDecoder,
     MessagesDecoder,
@@ -41,8 +42,6 @@ from proxai.translate.ir import (
     ItemStarted,
     Started,
     Usage,
-    check_well_formed,
-    events_of,
 )
 from proxai.wire.sse import SSEFrame, SSEFramer
 from tests.fixtures import (

@@ -23,8 +23,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proxai.config import TranslationOptions
 from proxai.protocols.names import WireApi
 from proxai.testing import stream_checks as checks
+from proxai.translate.encoders import encoder_for
 from proxai.translate.encoders.chat import ChatEncoder
 from proxai.translate.encoders.messages import MessagesEncoder
 from proxai.translate.encoders.responses import ResponsesEncoder
@@ -44,6 +46,7 @@ from proxai.translate.ir import (
     Usage,
     wrap_reasoning,
 )
+from proxai.translate.pairs import translate
 
 MODEL = "client-model"
 
@@ -52,6 +55,12 @@ def context(client: WireApi, **fields: Any) -> TranslationContext:
     fields.setdefault("model", MODEL)
     fields.setdefault("stream", True)
     return TranslationContext(client=client, upstream=WireApi.CHAT, **fields)
+
+
+def counting() -> Callable[[], str]:
+    """An id source that counts: t1, t2, t3..."""
+    tokens = (f"t{n}" for n in itertools.count(1))
+    return lambda: next(tokens)
 
 
 def responses(events: Sequence[Event], **fields: Any) -> tuple[ResponsesEncoder, bytes]:
@@ -155,7 +164,7 @@ def test_responses_text_reads_as_one_completed_message_with_usage() -> None:
 
 
 def test_responses_parallel_calls_are_items_in_the_order_they_were_added() -> None:
-    _, body = responses(PARALLEL_CALLS, tool_names=TOOL_NAMES)
+    _, body = responses(PARALLEL_CALLS, tool_names=TOOL_NAMES, ids=counting())
     events = checks.check_responses_stream(body)
     added = [e for e in events if e["type"] == "response.output_item.added"]
     assert [(e["output_index"], e["item"]["type"]) for e in added] == [
@@ -167,7 +176,7 @@ def test_responses_parallel_calls_are_items_in_the_order_they_were_added() -> No
     final = checks.responses_final(body)
     calls = [item for item in final.output if item.type == "function_call"]
     assert [(c.call_id, c.name, json.loads(c.arguments)) for c in calls] == CALLS
-    assert all(c.id and c.id.startswith("fc_") for c in calls)
+    assert [c.id for c in calls] == ["fc_t3", "fc_t4"]  # after rs_t1 and msg_t2
     reasoning = final.output[0]
     assert reasoning.type == "reasoning"
     assert reasoning.content is not None
@@ -309,10 +318,10 @@ def test_responses_echoes_the_request_fields_it_was_given() -> None:
         "parallel_tool_calls": False,
         "id": "not-this",
     }
-    _, body = responses(simple(FinishReason.STOP), echo=echo)
+    _, body = responses(simple(FinishReason.STOP), echo=echo, ids=counting())
     created = checks.check_responses_stream(body)[0]["response"]
     assert created["instructions"] == "Be brief."
-    assert created["id"].startswith("resp_") and created["id"] != "not-this"
+    assert created["id"] == "resp_t1"
     final = checks.responses_final(body)
     assert final.instructions == "Be brief."
     assert final.tool_choice == "required"
@@ -828,3 +837,177 @@ def test_a_failure_anywhere_makes_every_sdk_raise(
         STREAM_CHECKS[client](body)
         with pytest.raises(raised[client], match="upstream went quiet"):
             finals[client](body)
+
+
+# -- Deterministic output: the time and the ids are the context's ----------------------------
+
+#: 2026-01-01T00:00:00.75Z: the encoders write whole seconds.
+FIXED_NOW = 1767225600.75
+#: A response the upstream gave no id, no time and a call without an id: everything made up.
+UNNAMED: list[Event] = [
+    Started(),
+    *text_item(0, "Hi"),
+    ItemStarted(1, ItemKind.TOOL_CALL, call_id="", name="shell"),
+    ItemDelta(1, '{"cmd":"ls"}'),
+    ItemDone(1),
+    Usage(input_tokens=5, output_tokens=2),
+    Finished(FinishReason.TOOL_CALLS),
+]
+
+
+def fixed(client: WireApi, **fields: Any) -> TranslationContext:
+    """A context whose clock stands still and whose ids count."""
+    return context(client, clock=lambda: FIXED_NOW, ids=counting(), **fields)
+
+
+def whole_body(encoder: Encoder, events: Sequence[Event]) -> Any:
+    for event in events:
+        assert encoder.feed(event) == b""
+    return orjson.loads(encoder.body())
+
+
+def test_a_chat_body_takes_its_time_and_ids_from_the_context() -> None:
+    body = whole_body(ChatEncoder(fixed(WireApi.CHAT, stream=False)), UNNAMED)
+    call = {"id": "call_t2", "type": "function"}
+    call["function"] = {"name": "shell", "arguments": '{"cmd":"ls"}'}
+    assert body == {
+        "id": "chatcmpl-t1",
+        "object": "chat.completion",
+        "created": 1767225600,
+        "model": MODEL,
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": "Hi",
+                    "refusal": None,
+                    "tool_calls": [call],
+                },
+                "logprobs": None,
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": 5,
+            "completion_tokens": 2,
+            "total_tokens": 7,
+            "prompt_tokens_details": {"cached_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0},
+        },
+    }
+
+
+def test_a_messages_body_takes_its_ids_from_the_context() -> None:
+    body = whole_body(MessagesEncoder(fixed(WireApi.MESSAGES, stream=False)), UNNAMED)
+    assert body == {
+        "id": "msg_t1",
+        "type": "message",
+        "role": "assistant",
+        "model": MODEL,
+        "content": [
+            {"type": "text", "text": "Hi"},
+            {"type": "tool_use", "id": "toolu_t2", "name": "shell", "input": {"cmd": "ls"}},
+        ],
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": {
+            "input_tokens": 5,
+            "output_tokens": 2,
+            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": 0,
+        },
+    }
+
+
+def test_a_responses_body_takes_its_times_and_ids_from_the_context() -> None:
+    body = whole_body(ResponsesEncoder(fixed(WireApi.RESPONSES, stream=False)), UNNAMED)
+    own = {k: body.pop(k) for k in ("id", "created_at", "completed_at", "status", "output")}
+    assert own == {
+        "id": "resp_t1",
+        "created_at": 1767225600,
+        "completed_at": 1767225600,
+        "status": "completed",
+        "output": [
+            {
+                "id": "msg_t2",
+                "type": "message",
+                "status": "completed",
+                "role": "assistant",
+                "content": [
+                    {"type": "output_text", "text": "Hi", "annotations": [], "logprobs": []}
+                ],
+            },
+            {
+                "type": "function_call",
+                "arguments": '{"cmd":"ls"}',
+                "id": "fc_t4",
+                "status": "completed",
+                "call_id": "call_t3",
+                "name": "shell",
+            },
+        ],
+    }
+
+
+def test_a_chat_stream_is_the_same_bytes_every_time() -> None:
+    head = (
+        b'data: {"id":"chatcmpl-t1","object":"chat.completion.chunk","created":1767225600,'
+        b'"model":"client-model","system_fingerprint":null,"choices":[{"index":0,"delta":'
+    )
+    tail = b',"logprobs":null,"finish_reason":null}]}\n\n'
+    call = b'{"index":0,"id":"call_t2","type":"function","function":'
+    call += b'{"name":"shell","arguments":""}}'
+    arguments = b'{"index":0,"function":{"arguments":"{\\"cmd\\":\\"ls\\"}"}}'
+    expected = [
+        head + b'{"role":"assistant","content":""}' + tail,
+        head + b'{"content":"Hi"}' + tail,
+        head + b'{"tool_calls":[' + call + b"]}" + tail,
+        head + b'{"tool_calls":[' + arguments + b"]}" + tail,
+        head + b'{},"logprobs":null,"finish_reason":"tool_calls"}]}\n\n',
+        b"data: [DONE]\n\n",
+    ]
+    for _ in range(2):
+        encoder = ChatEncoder(fixed(WireApi.CHAT))
+        assert b"".join(encoder.feed(event) for event in UNNAMED) == b"".join(expected)
+
+
+@pytest.mark.parametrize("client", list(WireApi))
+def test_every_stream_is_a_function_of_its_events_and_context(client: WireApi) -> None:
+    runs = [
+        b"".join(encoder.feed(event) for event in UNNAMED)
+        for encoder in (encoder_for(client, fixed(client)) for _ in range(2))
+    ]
+    assert runs[0] == runs[1]
+    first_id = {WireApi.CHAT: b"chatcmpl-t1", WireApi.RESPONSES: b"resp_t1"}
+    assert b'"%s"' % first_id.get(client, b"msg_t1") in runs[0]
+
+
+def test_a_translated_request_hands_its_clock_and_ids_to_the_response() -> None:
+    request = translate(
+        WireApi.RESPONSES,
+        WireApi.CHAT,
+        {"model": MODEL, "input": "hi", "stream": True},
+        TranslationOptions(),
+        clock=lambda: FIXED_NOW,
+        ids=counting(),
+    )
+    frames = encoder_for(WireApi.RESPONSES, request.context).feed(Started())
+    assert b'"id":"resp_t1"' in frames and b'"created_at":1767225600' in frames
+
+
+@pytest.mark.parametrize(
+    ("upstream_id", "client", "expected"),
+    [
+        ("chatcmpl-abc", WireApi.RESPONSES, "resp_abc"),
+        ("resp_abc", WireApi.MESSAGES, "msg_abc"),
+        ("msg_abc", WireApi.CHAT, "chatcmpl-abc"),
+        ("msg_abc", WireApi.MESSAGES, "msg_abc"),
+        ("gen-1.2", WireApi.MESSAGES, "msg_gen-1_2"),
+    ],
+)
+def test_an_upstream_id_in_any_apis_style_keeps_its_token(
+    upstream_id: str, client: WireApi, expected: str
+) -> None:
+    frames = encoder_for(client, fixed(client)).feed(Started(id=upstream_id))
+    assert b'"%s"' % expected.encode() in frames

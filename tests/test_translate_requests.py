@@ -2031,6 +2031,11 @@ def test_a_responses_history_keeps_calls_answered_in_order_and_reasoning_out_of_
             )
     kept = [m["reasoning_content"] for m in out["messages"] if "reasoning_content" in m]
     assert kept == restored
+    # No call and no answer lost on the way (an empty translation would pass the rest).
+    answers = [i["call_id"] for i in history if i.get("type") == "function_call_output"]
+    calls = [c["id"] for m in out["messages"] for c in m.get("tool_calls", ())]
+    assert calls == answers
+    assert [m["tool_call_id"] for m in out["messages"] if m["role"] == "tool"] == answers
 
 
 def test_empty_system_prompts_leave_no_empty_system_message() -> None:

@@ -39,8 +39,8 @@ from proxai.translate.ir import (
 from proxai.translate.stream import ResponseTranslator
 from proxai.wire.sse import SSEFramer
 from tests.faults.kits import KITS
-from tests.test_translation import (
-    _COMPLETION,
+from tests.helpers import (
+    CHAT_COMPLETION,
     CHAT_UPSTREAM,
     TEXT_STREAM,
     TOOL_CALL_STREAM,
@@ -335,7 +335,7 @@ def _raise(*args: Any) -> Any:
 # --- item 11: a whole body in the shape the client asked for ----------------------------------
 
 #: A whole ``chat.completion``: "Hello", 3 + 1 tokens.
-COMPLETION = _COMPLETION
+COMPLETION = CHAT_COMPLETION
 
 
 def _responses_create(url: str) -> Any:

@@ -17,120 +17,30 @@ import pytest
 import trio
 
 from proxai.outcome import OutcomeKind
-from proxai.testing import Script, Send, Sleep, Stall, chat_chunk
+from proxai.testing import Script, Send, Sleep, Stall
 from proxai.testing.streams import FAST_TIMEOUTS
 from tests.fixtures import FIXTURES
+from tests.helpers import (
+    CHAT_COMPLETION,
+    CHAT_UPSTREAM,
+    TEXT_STREAM,
+    TOOL_CALL_STREAM,
+    WEATHER_TOOL,
+    anthropic_client,
+    capture,
+    chunk,
+    messages_stream,
+    openai_client,
+    responses_stream,
+    run,
+    sse,
+)
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
 
-CHAT_UPSTREAM = {"protocol": "openai_chat"}
-WEATHER_TOOL = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-}
-
-
-def chunk(delta: dict[str, Any] | None = None, finish: str | None = None, **extra: Any) -> bytes:
-    """One ``chat.completion.chunk`` line as vLLM or llama.cpp send it."""
-    return chat_chunk(delta, finish, model="qwen3-coder", id="chatcmpl-7", **extra)
-
-
-USAGE = {
-    "prompt_tokens": 120,
-    "completion_tokens": 30,
-    "total_tokens": 150,
-    "prompt_tokens_details": {"cached_tokens": 100},
-}
-TOOL_CALL_STREAM = [
-    chunk({"role": "assistant", "content": ""}),
-    chunk({"reasoning_content": "The user wants weather."}),
-    chunk({"content": "Let me check."}),
-    chunk(
-        {
-            "tool_calls": [
-                {
-                    "index": 0,
-                    "id": "call_w1",
-                    "type": "function",
-                    "function": {"name": "get_weather", "arguments": ""},
-                }
-            ]
-        }
-    ),
-    chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]}),
-    chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}),
-    chunk({}, finish="tool_calls"),
-    chunk(None, usage=USAGE),
-    b"data: [DONE]\n\n",
-]
-TEXT_STREAM = [
-    chunk({"role": "assistant", "content": "It is "}),
-    chunk({"content": "sunny."}),
-    chunk({}, finish="stop"),
-    chunk(None, usage=USAGE),
-    b"data: [DONE]\n\n",
-]
-
-
-def sse(lines: list[bytes], then: list[Any] | None = None) -> Script:
-    return Script.sse(lines, then=then or [])
-
-
-async def run(
-    start_upstream: Any,
-    proxai_for: Any,
-    scripts: list[Script],
-    call: Any,
-    count: int = 1,
-    **tables: Any,
-) -> tuple[Any, Any, list[Any]]:
-    """Run ``call(proxai_url)`` in a thread; its result, the upstream and the outcomes."""
-    upstream = await start_upstream(scripts or [sse(TEXT_STREAM)])  # one it must not need
-    tables.setdefault("upstream", CHAT_UPSTREAM)
-    tables.setdefault("timeouts", FAST_TIMEOUTS)
-    async with proxai_for(upstream, **tables) as px:
-        with trio.fail_after(20):
-            result = await trio.to_thread.run_sync(call, px.url)
-            outcomes = await px.wait_for_outcomes(count)
-    return result, upstream, outcomes
-
-
-def openai_client(url: str) -> Any:
-    return openai.OpenAI(base_url=url + "/v1", api_key="sk-client", max_retries=0, timeout=15)
-
-
-def anthropic_client(url: str) -> Any:
-    return anthropic.Anthropic(base_url=url, api_key="sk-client", max_retries=0, timeout=15)
-
-
-def capture(call: Any) -> Any:
-    """``call``'s result, or the exception it raised."""
-
-    def wrapped(url: str) -> Any:
-        try:
-            return call(url)
-        except Exception as exc:
-            return exc
-
-    return wrapped
-
 
 # --- Responses client (Codex) over a Chat upstream ------------------------------------------
-
-
-def responses_stream(url: str) -> Any:
-    client = openai_client(url)
-    with client.responses.stream(
-        model="qwen3-coder",
-        input="Weather in Paris?",
-        tools=[WEATHER_TOOL, {"type": "web_search"}],
-        include=["reasoning.encrypted_content"],
-        store=False,
-    ) as stream:
-        return stream.get_final_response()
 
 
 def chat_stream(url: str, model: str, messages: list[dict[str, Any]]) -> Any:
@@ -374,24 +284,6 @@ async def test_previous_response_id_cannot_be_honoured_statelessly(
 # --- Messages client (Claude Code) over a Chat upstream -------------------------------------
 
 
-def messages_stream(url: str) -> Any:
-    client = anthropic_client(url)
-    with client.messages.stream(
-        model="claude-sonnet-4-5",
-        max_tokens=1024,
-        system="You are terse.",
-        messages=[{"role": "user", "content": "Weather in Paris?"}],
-        tools=[
-            {
-                "name": "get_weather",
-                "description": "Weather for a city",
-                "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
-            }
-        ],
-    ) as stream:
-        return stream.get_final_message()
-
-
 async def test_a_messages_client_gets_a_chat_upstreams_tool_call_as_anthropic_events(
     start_upstream: Any, proxai_for: Any
 ) -> None:
@@ -467,7 +359,9 @@ async def test_claude_codes_query_and_headers_do_not_reach_a_chat_upstream_as_a_
             betas=["context-management-2025-06-27"],
         )
 
-    message, upstream, _ = await run(start_upstream, proxai_for, [Script.json(_COMPLETION)], beta)
+    message, upstream, _ = await run(
+        start_upstream, proxai_for, [Script.json(CHAT_COMPLETION)], beta
+    )
     assert message.content[0].text == "Hello"
     assert upstream.requests[0].target == "/v1/chat/completions"
 
@@ -525,18 +419,6 @@ async def test_a_route_fails_over_from_an_anthropic_upstream_to_a_chat_one(
     assert [a.upstream for a in outcome.attempts] == ["default", "local"]
     assert outcome.translation == "messages→chat"
     assert anthropic_down.requests[0].target.startswith("/v1/messages")
-
-
-_COMPLETION = {
-    "id": "chatcmpl-1",
-    "object": "chat.completion",
-    "created": 1767225600,
-    "model": "qwen3-coder",
-    "choices": [
-        {"index": 0, "message": {"role": "assistant", "content": "Hello"}, "finish_reason": "stop"}
-    ],
-    "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
-}
 
 
 # --- Chat client over a Responses upstream --------------------------------------------------

@@ -26,6 +26,7 @@ from proxai.upstream.client import (
     connections_to_close,
 )
 from proxai.wire.coding import PIECE_BYTES, CorruptCoding, Decoder
+from tests.helpers import burst
 
 TURN1 = turn_bytes(TURN1_EVENTS)
 
@@ -200,28 +201,17 @@ def test_the_sweep_closes_expired_idle_connections_and_those_over_the_bound() ->
     assert connections_to_close([[busy, ConnectionState(False, True)]], max_idle=0) == []
 
 
-async def _burst(client: UpstreamClient, streams: int) -> None:
-    async def one() -> None:
-        async with client.open("POST", b"/v1/responses", b"", [], b"{}") as response:
-            async for _ in response.iter_body():
-                pass
-
-    async with trio.open_nursery() as nursery:
-        for _ in range(streams):
-            nursery.start_soon(one)
-
-
 async def test_a_burst_leaves_at_most_max_idle_connections_open(start_upstream: Any) -> None:
     upstream = await start_upstream([Script.sse(TURN1_EVENTS[:4], delay=0.05)])
     config = UpstreamConfig(base_url=upstream.base_url, max_idle_connections=3)
     client = UpstreamClient(config, TimeoutsConfig())
-    await _burst(client, 24)
+    await burst(client, 24)
     assert upstream.connections_opened == 24
     await client.close_idle()
     await _wait_until_open_at_most(upstream, 3)
     assert client.pool_statistics().idle == upstream.open_connections == 3
     # a kept one is reused
-    await _burst(client, 1)
+    await burst(client, 1)
     assert upstream.connections_opened == 24
     await client.aclose()
 

@@ -70,9 +70,6 @@ class Router:
     def has_protocol(self, protocol: UpstreamKind) -> bool:
         return protocol in self._protocols.values()
 
-    def protocol_of(self, name: str) -> UpstreamKind:
-        return self._protocols[name]
-
     def route_for(
         self, model: str | None, *, native: Serves, serves: Serves, missing: str
     ) -> Route:

@@ -40,6 +40,7 @@ from ..translate.carriers import carries_proxai_reasoning, strip_proxai_reasonin
 from ..translate.pairs import translate, upstream_api
 from ..wire.headers import Headers
 from ..wire.json_body import dumps_kept, load_json_object
+from ..wire.json_values import json_object_or_none
 
 if TYPE_CHECKING:
     from ..config import TimeoutsConfig
@@ -330,11 +331,6 @@ def _body_for(
 
 
 def _json_object_or_none(body: bytes) -> dict[str, Any] | None:
-    """A body on another route, parsed if it is a JSON object (for its model and stream)."""
-    if not body.lstrip().startswith(b"{"):
-        return None
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    return data if isinstance(data, dict) else None
+    """A body on another route, parsed if it is a JSON object (for its model and stream);
+    a body that does not start like one is not parsed at all."""
+    return json_object_or_none(body) if body.lstrip().startswith(b"{") else None

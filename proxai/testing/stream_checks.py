@@ -18,23 +18,26 @@ added, Anthropic blocks indexed in opening order with one open at a time and
 ``thinking_delta`` only in thinking blocks, and exactly one terminal event,
 last. They raise :class:`StreamViolation` and return the events' payloads.
 
-Needs the ``dev`` extra (openai, anthropic).
+The ``*_final`` and ``*_body`` oracles need the ``dev`` extra (openai, anthropic),
+imported when first called; the ``check_*_stream`` checks need nothing but proxai.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
-import httpx2
-import openai
 import orjson
-from anthropic.types import Message
-from openai.types.chat import ChatCompletion
-from openai.types.responses import Response
 
 from ..wire.sse import SSEFrame, SSEFramer
+
+if TYPE_CHECKING:  # the SDKs are imported by the oracles that use them, not by the checks
+    import anthropic
+    import httpx2
+    import openai
+    from anthropic.types import Message
+    from openai.types.chat import ChatCompletion
+    from openai.types.responses import Response
 
 __all__ = [
     "StreamViolation",
@@ -62,6 +65,8 @@ Body = bytes | Iterable[bytes]
 
 def _transport(body: Body, content_type: str) -> httpx2.MockTransport:
     """A transport answering any request with ``body`` (sent in the given chunks)."""
+    import httpx2
+
     chunks = [body] if isinstance(body, bytes) else list(body)
 
     def handler(request: httpx2.Request) -> httpx2.Response:
@@ -71,6 +76,9 @@ def _transport(body: Body, content_type: str) -> httpx2.MockTransport:
 
 
 def _openai(body: Body, strict: bool, content_type: str = "text/event-stream") -> openai.OpenAI:
+    import httpx2
+    import openai
+
     return openai.OpenAI(
         api_key="sk-proxai-test",
         base_url=f"{_BASE}/v1",
@@ -83,6 +91,9 @@ def _openai(body: Body, strict: bool, content_type: str = "text/event-stream") -
 def _anthropic(
     body: Body, strict: bool, content_type: str = "text/event-stream"
 ) -> anthropic.Anthropic:
+    import anthropic
+    import httpx2
+
     return anthropic.Anthropic(
         api_key="sk-ant-proxai-test",
         base_url=_BASE,
@@ -117,6 +128,8 @@ def chat_final(body: Body, *, strict: bool = True) -> ChatCompletion:
     ``get_final_completion()`` raises on a ``length`` or ``content_filter`` finish
     even after reading the whole stream; for those this returns the completion
     the SDK attached to its error."""
+    import openai
+
     messages: Any = [{"role": "user", "content": "hi"}]
     with (
         _openai(body, strict) as client,

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Sequence
+import time
+import uuid
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import attrs
@@ -31,12 +33,14 @@ __all__ = [
     "REASONING_CARRIER_PREFIX",
     "THINKING_SIGNATURE",
     "TOOL_ID_ESCAPE",
+    "Clock",
     "Decoder",
     "Encoder",
     "Event",
     "Failed",
     "FinishReason",
     "Finished",
+    "IdSource",
     "ItemDelta",
     "ItemDone",
     "ItemKind",
@@ -44,9 +48,9 @@ __all__ = [
     "Started",
     "TranslationContext",
     "Usage",
-    "check_well_formed",
     "clamp_count",
     "escape_tool_id",
+    "random_token",
     "unescape_tool_id",
     "unwrap_reasoning",
     "wrap_reasoning",
@@ -247,6 +251,17 @@ class Failed:
 
 Event = Started | ItemStarted | ItemDelta | ItemDone | Usage | Finished | Failed
 
+#: The time now, in Unix seconds (:func:`time.time` unless a test fixes it).
+Clock = Callable[[], float]
+#: A fresh token for an id proxai makes up, unique enough that ids never collide
+#: (:func:`random_token` unless a test counts them).
+IdSource = Callable[[], str]
+
+
+def random_token() -> str:
+    """32 random hex digits, as OpenAI's and Anthropic's own ids end."""
+    return uuid.uuid4().hex
+
 
 @attrs.define
 class TranslationContext:
@@ -269,7 +284,8 @@ class TranslationContext:
     #: The client asked for ``include: ["reasoning.encrypted_content"]``: put reasoning
     #: in the carrier so it can come back next turn.
     reasoning_carrier: bool = False
-    #: Chat client asked ``stream_options.include_usage``: send the usage chunk.
+    #: The client's streamed request asked ``stream_options.include_usage`` (a Chat
+    #: client's, as only Chat has it): its encoder sends the usage chunk.
     include_usage: bool = False
     #: Request fields the client API echoes in its response object (Responses:
     #: instructions, tools, tool_choice, parallel_tool_calls, text, reasoning, ...).
@@ -278,6 +294,11 @@ class TranslationContext:
     #: :data:`~proxai.outcome.MAX_LISTED` - 1 noted, then ``"... and K more"`` (see
     #: :func:`~proxai.outcome.listed`). Filled by :meth:`note_dropped`.
     dropped: list[str] = attrs.field(factory=list)
+    #: The time the encoders write (``created``, ``created_at``, ``completed_at``) and the
+    #: source of the ids they make up: arguments, as :class:`~proxai.policy.retry.RetryPlan`
+    #: takes its rng, so a translation is a function of its input.
+    clock: Clock = attrs.field(default=time.time, repr=False, eq=False)
+    ids: IdSource = attrs.field(default=random_token, repr=False, eq=False)
     #: Every path noted, while the request is translated (each is listed or counted once).
     _dropped_paths: set[str] = attrs.field(factory=set, init=False, repr=False, eq=False)
 
@@ -297,6 +318,14 @@ class TranslationContext:
         """The request is translated: let go of what only that needed (the paths noted),
         since the context lives as long as the response."""
         self._dropped_paths = set()
+
+    def now(self) -> int:
+        """The time now, in whole Unix seconds (as every API writes it)."""
+        return int(self.clock())
+
+    def new_id(self, prefix: str) -> str:
+        """A fresh id in an API's style (``msg_...``, ``fc_...``)."""
+        return prefix + self.ids()
 
     def client_tool_name(self, upstream_name: str | None) -> str | None:
         """The client's name for a tool the upstream called."""
@@ -354,74 +383,3 @@ class Encoder(Protocol):
     def body(self) -> bytes:
         """The whole response body for a non-streamed request, after every event was fed."""
         ...
-
-
-def feed_all(decoder: Decoder, encoder: Encoder, frames: Iterable[SSEFrame]) -> bytes:
-    """Translate frames straight through (tests, and non-observed paths)."""
-    out = [encoder.feed(event) for frame in frames for event in decoder.feed(frame)]
-    return b"".join(out)
-
-
-def events_of(decoder: Decoder, frames: Sequence[SSEFrame]) -> list[Event]:
-    """Every event of ``frames``, then of the stream's clean end."""
-    events = [event for frame in frames for event in decoder.feed(frame)]
-    return events + decoder.close()
-
-
-def check_well_formed(events: Sequence[Event], *, complete: bool = True) -> None:
-    """Raise ``AssertionError`` unless ``events`` keep the decoders' promises.
-
-    :class:`Started` first and once; items keyed 0, 1, 2... in opening order;
-    deltas (never empty) and :class:`ItemDone` only for open items; a signature
-    only on reasoning; a tool call with its call id and name and some argument
-    text; at most one :class:`Usage`; text, refusal and reasoning items open one
-    at a time and never beside a tool call; one terminal event, last (when
-    ``complete``: the stream must have one), and every item closed before
-    :class:`Finished` (a :class:`Failed` may leave items open). For tests of
-    decoders, and of encoders fed hand-written streams.
-    """
-    open_items: dict[int, ItemKind] = {}
-    has_text: set[int] = set()
-    next_key = 0
-    usage_seen = False
-    for position, event in enumerate(events):
-        where = f"event {position} ({event!r})"
-        assert (position == 0) == isinstance(event, Started), f"{where}: Started first, once"
-        if position > 0:
-            assert not isinstance(events[position - 1], Finished | Failed), (
-                f"{where}: after the terminal event"
-            )
-        if isinstance(event, ItemStarted):
-            assert event.key == next_key, f"{where}: expected key {next_key}"
-            next_key += 1
-            if event.kind is ItemKind.TOOL_CALL:
-                assert event.call_id and isinstance(event.name, str), f"{where}: call id, name"
-                assert all(k is ItemKind.TOOL_CALL for k in open_items.values()), (
-                    f"{where}: a tool call opened beside a text item"
-                )
-            else:
-                assert event.call_id is None and event.name is None, f"{where}: not a call"
-                assert not open_items, f"{where}: opened beside other open items"
-            open_items[event.key] = event.kind
-        elif isinstance(event, ItemDelta):
-            assert event.key in open_items, f"{where}: the item is not open"
-            assert event.text, f"{where}: empty delta"
-            has_text.add(event.key)
-        elif isinstance(event, ItemDone):
-            kind = open_items.pop(event.key, None)
-            assert kind is not None, f"{where}: the item is not open"
-            assert event.signature is None or kind is ItemKind.REASONING, (
-                f"{where}: a signature on a {kind} item"
-            )
-            if kind is ItemKind.TOOL_CALL:
-                assert event.key in has_text, f"{where}: a tool call without arguments"
-        elif isinstance(event, Usage):
-            assert not usage_seen, f"{where}: a second Usage"
-            usage_seen = True
-        elif isinstance(event, Finished):
-            assert not open_items, f"{where}: items {sorted(open_items)} still open"
-            assert (event.stop_sequence is not None) == (
-                event.reason is FinishReason.STOP_SEQUENCE
-            ), f"{where}: a stop sequence goes with STOP_SEQUENCE"
-    if complete:
-        assert events and isinstance(events[-1], Finished | Failed), "no terminal event"

@@ -8,6 +8,7 @@ built from the row, or none when the upstream speaks the client's API.
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any
 
 import attrs
@@ -17,7 +18,7 @@ from ..protocols.names import WireApi
 from ..protocols.table import UPSTREAM_PROTOCOLS
 from .decoders import decoder_for
 from .encoders import encoder_for
-from .ir import TranslationContext
+from .ir import Clock, IdSource, TranslationContext, random_token
 from .requests import TRANSLATORS, translate_request
 from .stream import ResponseTranslator, TranslatorFactory
 
@@ -70,8 +71,16 @@ class TranslatedRequest:
 
 
 def translate(
-    client: WireApi, upstream: WireApi, body: dict[str, Any], options: TranslationOptions
+    client: WireApi,
+    upstream: WireApi,
+    body: dict[str, Any],
+    options: TranslationOptions,
+    *,
+    clock: Clock = time.time,
+    ids: IdSource = random_token,
 ) -> TranslatedRequest:
-    """Rewrite ``body`` for ``upstream``; raises ProxyError (400) for what cannot be."""
-    data, context = translate_request(client, upstream, body, options)
+    """Rewrite ``body`` for ``upstream``; raises ProxyError (400) for what cannot be.
+    ``clock`` and ``ids`` are what the response's encoder reads the time and makes up ids
+    from."""
+    data, context = translate_request(client, upstream, body, options, clock=clock, ids=ids)
     return TranslatedRequest(data, context, PAIRS[(client, upstream)])

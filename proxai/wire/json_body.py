@@ -25,6 +25,7 @@ __all__ = [
     "json_depth",
     "load_json_object",
     "project_body",
+    "structure_str_or_object",
     "too_deep",
 ]
 
@@ -49,6 +50,14 @@ def load_json_object(body: bytes) -> dict[str, Any]:
             f"request body must be a JSON object, got {type(value).__name__}", code="invalid_json"
         )
     return value
+
+
+def structure_str_or_object(value: Any, _: Any) -> str | dict[str, Any] | None:
+    """cattrs' hook for a projected field that is a string or an object (a ``tool_choice``,
+    a ``response_format``), left as it is."""
+    if value is None or isinstance(value, str | dict):
+        return value
+    raise TypeError("expected a string or an object")
 
 
 def project_body(

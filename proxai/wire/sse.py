@@ -18,11 +18,11 @@ on bytes, so a multi-byte UTF-8 sequence cut at a chunk edge needs no care.
 from __future__ import annotations
 
 import attrs
+import orjson
 
-__all__ = ["SSEFrame", "SSEFramer"]
+__all__ = ["SSEFrame", "SSEFramer", "sse_event"]
 
 _LF = 0x0A
-_CR = 0x0D
 _COLON = 0x3A
 _BOM = b"\xef\xbb\xbf"
 
@@ -281,3 +281,10 @@ class SSEFramer:
         if len(self._data) == 1:
             return self._data[0]
         return b"\n".join(self._data)
+
+
+def sse_event(event: str | None, data: object) -> bytes:
+    """One whole SSE event: ``event: <event>`` (none for ``None``) and ``data`` as JSON on
+    one ``data:`` line (orjson writes no line break), ended by a blank line."""
+    head = b"data: " if event is None else b"event: " + event.encode() + b"\ndata: "
+    return head + orjson.dumps(data) + b"\n\n"

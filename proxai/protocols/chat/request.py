@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from ...converters import strict_converter
-from ...wire.json_body import project_body
+from ...wire.json_body import project_body, structure_str_or_object
 
 __all__ = [
     "ChatCustomTool",
@@ -141,12 +141,6 @@ def _structure_tool(value: Any, _: Any) -> ChatTool:
     return tool
 
 
-def _str_or_object(value: Any, _: Any) -> str | dict[str, JSON] | None:
-    if value is None or isinstance(value, str | dict):
-        return value
-    raise TypeError("expected a string or an object")
-
-
 def _str_or_strings(value: Any, _: Any) -> str | list[str] | None:
     if value is None or isinstance(value, str):
         return value
@@ -156,7 +150,7 @@ def _str_or_strings(value: Any, _: Any) -> str | list[str] | None:
 
 
 _converter.register_structure_hook(ChatTool, _structure_tool)
-_converter.register_structure_hook(str | dict[str, JSON] | None, _str_or_object)
+_converter.register_structure_hook(str | dict[str, JSON] | None, structure_str_or_object)
 _converter.register_structure_hook(str | list[str] | None, _str_or_strings)
 
 

@@ -23,6 +23,7 @@ import orjson
 from cattrs.errors import ClassValidationError
 
 from ...converters import error_paths, strict_converter
+from ...wire.json_values import str_or_none
 from ...wire.sse import SSEFrame
 
 __all__ = [
@@ -212,10 +213,6 @@ def _opt_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _opt_str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 _DELTA_TYPES = ARGUMENT_DELTAS | {"response.output_text.delta"}
 
 #: A delta's ``(type, sequence_number, output_index, item_id, content_index, delta)``.
@@ -242,7 +239,7 @@ def delta_fields(frame: SSEFrame) -> DeltaFields | None:
         json_type,
         _opt_int(data.get("sequence_number")),
         _opt_int(data.get("output_index")),
-        _opt_str(data.get("item_id")),
+        str_or_none(data.get("item_id")),
         _opt_int(data.get("content_index")) or 0,
         delta,
     )
@@ -272,7 +269,7 @@ def parse_event(frame: SSEFrame) -> StreamEvent:
             if not isinstance(delta, str):
                 return MalformedEvent(json_type, "'delta' is not a string")
             output_index = _opt_int(data.get("output_index"))
-            item_id = _opt_str(data.get("item_id"))
+            item_id = str_or_none(data.get("item_id"))
             if json_type == "response.output_text.delta":
                 return TextDelta(
                     output_index, _opt_int(data.get("content_index")) or 0, item_id, delta, seq
@@ -284,7 +281,7 @@ def parse_event(frame: SSEFrame) -> StreamEvent:
             if not isinstance(value, str):
                 return MalformedEvent(json_type, f"'{field}' is not a string")
             output_index = _opt_int(data.get("output_index"))
-            item_id = _opt_str(data.get("item_id"))
+            item_id = str_or_none(data.get("item_id"))
             if field == "text":
                 return TextDone(
                     output_index, _opt_int(data.get("content_index")) or 0, item_id, value, seq
@@ -298,7 +295,7 @@ def parse_event(frame: SSEFrame) -> StreamEvent:
         return ErrorEvent(
             code=None if data.get("code") is None else str(data["code"]),
             message=None if data.get("message") is None else str(data["message"]),
-            param=_opt_str(data.get("param")),
+            param=str_or_none(data.get("param")),
             error=nested if isinstance(nested, dict) else None,
             sequence_number=seq,
         )

@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from ...converters import strict_converter
-from ...wire.json_body import project_body
+from ...wire.json_body import project_body, structure_str_or_object
 
 __all__ = [
     "ApplyPatchTool",
@@ -304,12 +304,6 @@ def _structure_tool(value: Any, _: Any) -> Tool:
     return tool
 
 
-def _structure_tool_choice(value: Any, _: Any) -> str | dict[str, JSON] | None:
-    if value is None or isinstance(value, str | dict):
-        return value
-    raise TypeError("expected a string or an object")
-
-
 def _structure_conversation(value: Any, _: Any) -> str | ConversationRef | None:
     if value is None:
         return None
@@ -321,7 +315,7 @@ def _structure_conversation(value: Any, _: Any) -> str | ConversationRef | None:
 
 
 _converter.register_structure_hook(Tool, _structure_tool)
-_converter.register_structure_hook(str | dict[str, JSON] | None, _structure_tool_choice)
+_converter.register_structure_hook(str | dict[str, JSON] | None, structure_str_or_object)
 _converter.register_structure_hook(str | ConversationRef | None, _structure_conversation)
 
 

@@ -35,6 +35,13 @@ class EncoderBase(abc.ABC):
 
     #: The client API's response id prefix (``chatcmpl-``, ``msg_``, ``resp_``).
     ID_PREFIX: ClassVar[str]
+    #: Every API's prefix, one per encoder: an upstream's id loses its API's before the
+    #: client's is put on (an encoder is an API's entry; nothing else lists them).
+    _ID_PREFIXES: ClassVar[list[str]] = []
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        EncoderBase._ID_PREFIXES.append(cls.ID_PREFIX)
 
     def __init__(self, ctx: TranslationContext) -> None:
         self._ctx = ctx
@@ -87,7 +94,7 @@ class EncoderBase(abc.ABC):
         if self._started:
             return b""
         self._started = True
-        self._id = derive_id(event.id, self.ID_PREFIX)
+        self._id = derive_id(event.id, self.ID_PREFIX, self._ctx.new_id, self._ID_PREFIXES)
         self._model = self._ctx.model or event.model or "unknown"
         return self._opened(event)
 

@@ -15,7 +15,6 @@ A stream keeps none of its text: each delta goes straight out. Only a whole body
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import attrs
@@ -23,6 +22,7 @@ import orjson
 
 from ...protocols.aggregate import Aggregate
 from ...protocols.chat.observer import synthesized_error
+from ...wire.sse import sse_event
 from ..ir import (
     Failed,
     Finished,
@@ -35,7 +35,6 @@ from ..ir import (
     TranslationContext,
 )
 from ._base import EncoderBase
-from .common import new_id, sse_data
 
 __all__ = ["ChatEncoder"]
 
@@ -140,7 +139,7 @@ class ChatEncoder(EncoderBase):
         return "".join(_text(item) for item in items) if items else None
 
     def _opened(self, event: Started) -> bytes:
-        self._created = event.created or int(time.time())
+        self._created = event.created or self._ctx.now()
         self._chunk_fields = {
             "id": self._id,
             "object": "chat.completion.chunk",
@@ -162,7 +161,7 @@ class ChatEncoder(EncoderBase):
             item.delta_tail = b"}"
             return b""
         item.index = len(self._calls)
-        item.call_id = event.call_id or new_id("call_")
+        item.call_id = event.call_id or self._ctx.new_id("call_")
         item.name = self._ctx.client_tool_name(event.name) or ""
         item.delta_head = b'{"tool_calls":[{"index":%d,"function":{"arguments":' % item.index
         item.delta_tail = b"}}]}"
@@ -207,7 +206,7 @@ class ChatEncoder(EncoderBase):
             return b""
         out = self._chunk({}, finish_reason=finish_reason)
         if self._ctx.include_usage:
-            out += sse_data(self._chunk_json([]) | {"usage": self._usage_json()})
+            out += sse_event(None, self._chunk_json([]) | {"usage": self._usage_json()})
         return out + _DONE
 
     def _failed(self, event: Failed) -> bytes:
@@ -238,7 +237,7 @@ class ChatEncoder(EncoderBase):
         if self._quiet:
             return b""
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        return sse_data(self._chunk_json([choice]))
+        return sse_event(None, self._chunk_json([choice]))
 
     def _chunk_json(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
         return self._chunk_fields | {"choices": choices}

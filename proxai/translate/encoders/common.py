@@ -1,56 +1,43 @@
-"""What the three encoders share: ids, usage, framing, the tool-call repairs."""
+"""What the three encoders share: ids, usage, the tool-call repairs."""
 
 from __future__ import annotations
 
 import re
-import uuid
-from typing import Any
+from collections.abc import Callable, Iterable
 
 import orjson
 
-from ..ir import CUSTOM_TOOL_PARAMETER, Usage, escape_tool_id
+from ..ir import CUSTOM_TOOL_PARAMETER, Usage
 
 __all__ = [
     "derive_id",
     "merge_usage",
-    "new_id",
-    "safe_id",
-    "sse_data",
-    "sse_event",
     "unwrap_custom_input",
 ]
 
-#: Prefixes the three APIs put on their response ids, stripped before another is put on.
-_ID_PREFIXES = ("chatcmpl-", "resp_", "msg_")
 _UNSAFE_ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 
 
-def new_id(prefix: str) -> str:
-    """A fresh id in an API's style (``msg_...``, ``fc_...``)."""
-    return prefix + uuid.uuid4().hex
-
-
-def derive_id(upstream_id: str | None, prefix: str) -> str:
+def derive_id(
+    upstream_id: str | None,
+    prefix: str,
+    new_id: Callable[[str], str],
+    known_prefixes: Iterable[str],
+) -> str:
     """The client API's id for the upstream's response: the same token under the client's
-    prefix (``chatcmpl-abc`` -> ``resp_abc``), so logs on both sides match; fresh if none."""
+    prefix (``chatcmpl-abc`` -> ``resp_abc``; any of ``known_prefixes``, the APIs' own, is
+    stripped first), so logs on both sides match; ``new_id``'s if none."""
     if not upstream_id:
         return new_id(prefix)
     if upstream_id.startswith(prefix):
         return upstream_id
     token = upstream_id
-    for known in _ID_PREFIXES:
+    for known in known_prefixes:
         if token.startswith(known):
             token = token[len(known) :]
             break
     token = _UNSAFE_ID_CHARS.sub("_", token)
     return prefix + token if token else new_id(prefix)
-
-
-def safe_id(value: str) -> str:
-    """A tool id Anthropic accepts for the upstream's ``value``, escaped reversibly
-    (``functions.Bash:0`` -> ``proxai-id-functions-2eBash-3a0``): the client's
-    ``tool_result`` next turn goes back to the upstream under the id it issued."""
-    return escape_tool_id(value) if value else new_id("toolu_")
 
 
 def merge_usage(old: Usage, new: Usage) -> Usage:
@@ -80,13 +67,3 @@ def unwrap_custom_input(arguments: str) -> str:
         if isinstance(value, str):
             return value
     return arguments
-
-
-def sse_event(event_type: str, payload: dict[str, Any]) -> bytes:
-    """One ``event:`` + ``data:`` frame."""
-    return b"event: " + event_type.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
-
-
-def sse_data(payload: dict[str, Any]) -> bytes:
-    """One data-only frame (Chat Completions)."""
-    return b"data: " + orjson.dumps(payload) + b"\n\n"

@@ -24,6 +24,7 @@ import orjson
 
 from ...protocols.aggregate import Aggregate
 from ...protocols.messages.observer import synthesized_error
+from ...wire.sse import sse_event
 from ..ir import (
     THINKING_SIGNATURE,
     Failed,
@@ -35,9 +36,9 @@ from ..ir import (
     ItemStarted,
     Started,
     TranslationContext,
+    escape_tool_id,
 )
 from ._base import EncoderBase
-from .common import new_id, safe_id, sse_event
 
 __all__ = ["MessagesEncoder"]
 
@@ -231,7 +232,10 @@ class MessagesEncoder(EncoderBase):
             return b""
         block = _Block(kind=event.kind)
         if event.kind is ItemKind.TOOL_CALL:
-            block.call_id = safe_id(event.call_id) if event.call_id else new_id("toolu_")
+            # Escaped reversibly (``functions.Bash:0`` -> ``proxai-id-functions-2eBash-3a0``):
+            # the client's ``tool_result`` next turn goes back under the id the upstream issued.
+            call_id = event.call_id
+            block.call_id = escape_tool_id(call_id) if call_id else self._ctx.new_id("toolu_")
             block.name = self._ctx.client_tool_name(event.name) or ""
         self._blocks[event.key] = block
         self._waiting.append(block)

@@ -12,7 +12,6 @@ output and usage, or in ``error`` + ``response.failed``; never anything after.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import attrs
@@ -20,6 +19,7 @@ import orjson
 
 from ...protocols.aggregate import Aggregate
 from ...protocols.responses.observer import synthesized_error
+from ...wire.sse import sse_event
 from ..ir import (
     Failed,
     Finished,
@@ -33,7 +33,7 @@ from ..ir import (
     wrap_reasoning,
 )
 from ._base import EncoderBase
-from .common import new_id, sse_event, unwrap_custom_input
+from .common import unwrap_custom_input
 
 __all__ = ["ResponsesEncoder"]
 
@@ -125,7 +125,7 @@ class ResponsesEncoder(EncoderBase):
     # -- lifecycle ---------------------------------------------------------------------
 
     def _opened(self, event: Started) -> bytes:
-        self._created = event.created or int(time.time())
+        self._created = event.created or self._ctx.now()
         snapshot = self._response(full=False)
         out = self._emit("response.created", {"response": snapshot})
         return out + self._emit("response.in_progress", {"response": snapshot})
@@ -191,7 +191,7 @@ class ResponsesEncoder(EncoderBase):
             ),
         )
         if self._status == "completed":
-            response["completed_at"] = int(time.time())
+            response["completed_at"] = self._ctx.now()
         return response
 
     def _usage_json(self) -> dict[str, Any]:
@@ -217,11 +217,11 @@ class ResponsesEncoder(EncoderBase):
         item = _Item(kind=event.kind, output_index=len(self._output), id="")
         if event.kind is ItemKind.TOOL_CALL:
             item.name = self._ctx.client_tool_name(event.name) or ""
-            item.call_id = event.call_id or new_id("call_")
+            item.call_id = event.call_id or self._ctx.new_id("call_")
             item.custom = item.name in self._ctx.custom_tools
-            item.id = new_id("ctc_" if item.custom else "fc_")
+            item.id = self._ctx.new_id("ctc_" if item.custom else "fc_")
         else:
-            item.id = new_id("rs_" if event.kind is ItemKind.REASONING else "msg_")
+            item.id = self._ctx.new_id("rs_" if event.kind is ItemKind.REASONING else "msg_")
         item.frame_deltas()
         self._items[event.key] = item
         self._output.append(item)

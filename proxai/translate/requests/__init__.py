@@ -11,6 +11,7 @@ translated raises :class:`~proxai.errors.ProxyError` (400
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +22,7 @@ from ...errors import ProxyError
 from ...protocols.messages.count_tokens import count_tokens_body, estimate_input_tokens
 from ...protocols.names import WireApi
 from ...wire.json_body import too_deep
-from ..ir import TranslationContext
+from ..ir import Clock, IdSource, TranslationContext, random_token
 from .chat_to_messages import chat_to_messages
 from .chat_to_responses import chat_to_responses
 from .errors import translate_error_body
@@ -65,21 +66,40 @@ TRANSLATORS: dict[tuple[WireApi, WireApi], Translator] = {
 
 
 def translate_request(
-    client: WireApi, upstream: WireApi, body: dict[str, JSON], options: TranslationOptions
+    client: WireApi,
+    upstream: WireApi,
+    body: dict[str, JSON],
+    options: TranslationOptions,
+    *,
+    clock: Clock = time.time,
+    ids: IdSource = random_token,
 ) -> tuple[dict[str, JSON], TranslationContext]:
     """``body``, a ``client`` API request, as an ``upstream`` API request, and what the
-    response's translators need to know about it. ``body`` is not modified."""
+    response's translators need to know about it (``clock`` and ``ids`` included: the
+    response's encoder reads the time and makes up ids from them). ``body`` is not
+    modified."""
     translator = TRANSLATORS.get((client, upstream))
     if translator is None:
         raise ProxyError(
             500, f"proxai cannot translate {client} requests to {upstream}", "server_error"
         )
     model = body.get("model")
+    stream = bool(body.get("stream"))
+    # Read here, from the client's own body: a composed pair's second half sees the first
+    # half's request, which asks for usage whatever the client asked.
+    stream_options = body.get("stream_options")
     ctx = TranslationContext(
         client=client,
         upstream=upstream,
-        stream=bool(body.get("stream")),
+        stream=stream,
         model=model if isinstance(model, str) else None,
+        include_usage=(
+            stream
+            and isinstance(stream_options, dict)
+            and bool(stream_options.get("include_usage"))
+        ),
+        clock=clock,
+        ids=ids,
     )
     try:
         translated = translator(body, options, ctx)

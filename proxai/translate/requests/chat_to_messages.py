@@ -33,7 +33,6 @@ from typing import Any
 import orjson
 
 from ...config import TranslationOptions
-from ...protocols.names import WireApi
 from ...wire.json_body import MAX_WRITTEN_DEPTH, json_depth
 from ..ir import CUSTOM_TOOL_PARAMETER, TranslationContext, escape_tool_id
 from ._common import (
@@ -131,10 +130,6 @@ def chat_to_messages(
     _response_format(body.get("response_format"), out, ctx)
     if body.get("stream"):
         out["stream"] = True
-        stream_options = body.get("stream_options")
-        # Only a Chat client reads it (a composed pair's first half asks for usage too).
-        if isinstance(stream_options, dict) and ctx.client is WireApi.CHAT:
-            ctx.include_usage = bool(stream_options.get("include_usage"))
     drop_unhandled(ctx, body, _HANDLED, false_is_unset=True)
     return out
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Any
 
 from ...config import TranslationOptions
-from ...protocols.names import WireApi
 from ..ir import TranslationContext
 from ._common import (
     SECTIONS_JOINER,
@@ -105,14 +104,11 @@ def chat_to_responses(
     stream_options = body.get("stream_options")
     if body.get("stream"):
         out["stream"] = True
-        if isinstance(stream_options, dict):
-            # Only a Chat client reads it (a composed pair's first half asks for usage too).
-            if ctx.client is WireApi.CHAT:
-                ctx.include_usage = bool(stream_options.get("include_usage"))
-            if stream_options.get("include_obfuscation") is not None:
-                out["stream_options"] = {
-                    "include_obfuscation": stream_options["include_obfuscation"]
-                }
+        obfuscation = (
+            stream_options.get("include_obfuscation") if isinstance(stream_options, dict) else None
+        )
+        if obfuscation is not None:
+            out["stream_options"] = {"include_obfuscation": obfuscation}
     drop_unhandled(ctx, body, _HANDLED, false_is_unset=True)
     return out
 
