@@ -2,10 +2,11 @@
 
 An :class:`Api` is what proxai knows of one client API: the path its clients
 post to, the SDKs that speak it (:class:`ClientSdk`: the error JSON they parse
-and the headers they send a key in), its request projection and its stream
-observer. An :class:`UpstreamProtocol` is what an ``[upstreams.NAME] protocol``
-speaks: which APIs, the header its key goes in, and the SDKs of the requests
-that reach it unparsed (``GET /v1/models``).
+and the headers they send a key in), its request projection and its stream's
+reader (its observer is the tracking observer over it). An
+:class:`UpstreamProtocol` is what an ``[upstreams.NAME] protocol`` speaks: which
+APIs, the header its key goes in, and the SDKs of the requests that reach it
+unparsed (``GET /v1/models``).
 
 Everything else looks protocols up here; adding an API is adding a row.
 """
@@ -20,15 +21,15 @@ import attrs
 from ..config import Protocol as UpstreamKind
 from ..config import TimeoutsConfig
 from ..errors import ErrorShape
-from .chat.observer import ChatObserver
+from .chat.reader import ChatReader
 from .chat.request import project_chat
-from .messages.observer import MessagesObserver
+from .messages.reader import MessagesReader
 from .messages.request import project_messages
 from .names import WireApi
 from .observer import StreamObserver
-from .responses.observer import ResponsesObserver
+from .responses.reader import ResponsesReader
 from .responses.request import project_responses
-from .tracking import StreamLimits
+from .tracking import ReaderFactory, StreamLimits, TrackingObserver
 
 __all__ = [
     "ANTHROPIC_SDK",
@@ -89,13 +90,21 @@ class Api:
     sdk: ClientSdk
     #: Parsed JSON body -> typed projection; raises ProxyError (400) naming the bad path.
     project: Callable[[dict[str, Any]], Projection]
-    observer: ObserverFactory
+    #: Its stream's reader, given the request (``None``: a stream whose request proxai
+    #: did not see, such as a resumed one).
+    reader: Callable[[Projection | None], ReaderFactory]
     #: The upstream protocol that speaks it.
     upstream: UpstreamKind
     #: GET paths under this prefix stream this API's events (a resumed response).
     resumes_under: str | None = None
     #: Whether its bodies have the ``instructions`` that ``normalize`` passes edit.
     has_instructions: bool = False
+
+    def observer(
+        self, timeouts: TimeoutsConfig, request: Projection | None, limits: StreamLimits
+    ) -> StreamObserver:
+        """The observer of one of its streams (an :data:`ObserverFactory`)."""
+        return TrackingObserver(timeouts, limits, reader=self.reader(request))
 
 
 @attrs.frozen
@@ -121,10 +130,9 @@ class UpstreamProtocol:
         return self.key_header, value
 
 
-def _responses_observer(
-    timeouts: TimeoutsConfig, request: Projection | None, limits: StreamLimits
-) -> StreamObserver:
-    return ResponsesObserver(timeouts, model=request.model if request else None, limits=limits)
+def _responses_reader(request: Projection | None) -> ReaderFactory:
+    model = request.model if request else None
+    return lambda tracker: ResponsesReader(tracker, model)
 
 
 APIS: tuple[Api, ...] = (
@@ -133,7 +141,7 @@ APIS: tuple[Api, ...] = (
         "/v1/responses",
         OPENAI_SDK,
         project_responses,
-        _responses_observer,
+        _responses_reader,
         UpstreamKind.OPENAI,
         resumes_under="/v1/responses/",
         has_instructions=True,
@@ -143,7 +151,7 @@ APIS: tuple[Api, ...] = (
         "/v1/chat/completions",
         OPENAI_SDK,
         project_chat,
-        lambda timeouts, request, limits: ChatObserver(timeouts, limits),
+        lambda request: ChatReader,
         UpstreamKind.OPENAI,
     ),
     Api(
@@ -151,7 +159,7 @@ APIS: tuple[Api, ...] = (
         "/v1/messages",
         ANTHROPIC_SDK,
         project_messages,
-        lambda timeouts, request, limits: MessagesObserver(timeouts, limits),
+        lambda request: MessagesReader,
         UpstreamKind.ANTHROPIC_MESSAGES,
     ),
 )

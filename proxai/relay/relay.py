@@ -33,7 +33,14 @@ import trio
 
 from ..errors import SHUTDOWN_MESSAGE, ProxyError, shutdown_error
 from ..outcome import ENDED_WELL, Outcome, OutcomeKind
-from ..protocols.observer import ObserverSnapshot, PassThroughObserver, StreamObserver, Verdict
+from ..protocols.observer import (
+    UNREAD,
+    ObserverSnapshot,
+    PassThroughObserver,
+    Read,
+    StreamObserver,
+    Verdict,
+)
 from ..protocols.tracking import AFTER_TERMINAL_GRACE
 from ..translate.stream import ResponseTranslator
 from ..upstream.client import UpstreamResponse
@@ -351,14 +358,14 @@ class Relay:
                     return self._observer.on_total_timeout(self._clock.now()), forwarded
                 return self._observer.on_deadline(self._clock.now()), forwarded
             if isinstance(message, Body):
-                self._observe_frames(message)
+                reads = self._observe_frames(message)
                 over = self._observer.over_limit
                 if over is not None:  # past a limit of one stream: it ends now, as a stall
                     self._reader_scope.cancel()
                     async for _ in upstream:  # the reader may be mid-read: let it end
                         pass
                     return over, forwarded
-                data = self._client_bytes(message)
+                data = self._client_bytes(message, reads)
                 if data:
                     forwarded = True
                     try:  # _to_writer's first step, inline: this runs once per event
@@ -411,16 +418,16 @@ class Relay:
             except (trio.WouldBlock, trio.EndOfChannel):
                 return b"".join(data)
             if isinstance(message, Body):
-                self._observe_frames(message)
-                data.append(self._client_bytes(message))
+                reads = self._observe_frames(message)
+                data.append(self._client_bytes(message, reads))
 
-    def _client_bytes(self, message: Body) -> bytes:
+    def _client_bytes(self, message: Body, reads: Sequence[Read]) -> bytes:
         """What the client gets for one upstream read: the bytes, or their translation
         (nothing yet for a response the client gets whole)."""
         translator = self._translator
         if translator is None:
             return message.data
-        return translator.feed(message.data, message.frames)
+        return translator.feed(message.data, reads)
 
     def _whole_response(self, verdict: Verdict) -> bytes | ProxyError | None:
         """A translated response made at the upstream's end (the client asked for no stream,
@@ -461,18 +468,23 @@ class Relay:
             self.outcome.anomalies.append(anomaly)
         return verdict
 
-    def _observe_frames(self, message: Body) -> None:
+    def _observe_frames(self, message: Body) -> Sequence[Read]:
         """Count and feed a read's frames; if the observer fails on odd input, relay on
-        without it."""
-        if message.frames:
-            self._count(message.frames)
+        without it. For a translator, the frames as the observer's reader read them."""
+        frames = message.frames
+        if frames:
+            self._count(frames)
+        reads: list[Read] | None = [] if self._translator is not None and frames else None
         try:
-            self._observer.on_frames(message.frames, message.at)
+            self._observer.read_frames(frames, message.at, reads)
         except Exception as exc:
             self.outcome.anomalies.append(
                 f"observer failed ({type(exc).__name__}: {exc}); relaying without it"
             )
             self._observer = PassThroughObserver()
+            if reads is not None:  # the translator reads them itself
+                reads = [(frame, UNREAD) for frame in frames]
+        return reads or ()
 
     async def _to_writer(self, client: trio.MemorySendChannel[ToWriter], data: bytes) -> None:
         """Hand bytes to the writer; raise :class:`_WriterBlocked` if the client has
