@@ -187,6 +187,7 @@ class TrackingObserver(StreamObserver):
         self.usage: dict[str, object] | None = None
         #: This stream's reader, its API's (built last: it may look at the observer).
         self.reader = reader(self)
+        self._read = self.reader.read
 
     # -- what readers report ---------------------------------------------------------------
 
@@ -321,20 +322,21 @@ class TrackingObserver(StreamObserver):
 
     def read_frames(self, frames: Sequence[SSEFrame], now: float, reads: list[Read] | None) -> None:
         self._last_activity = self.now = now
-        read = self.reader.read
         for frame in frames:
             if self._over is not None:
                 return  # the stream is ending: nothing more is tracked
             if frame.unknown:
                 self.note(f"a line that is no SSE field: {frame.raw[:60]!r}")
-            if frame.data is None:  # a comment (": ping") or a stray blank line
+            data = frame.data
+            if data is None:  # a comment (": ping") or a stray blank line
                 if reads is not None:
                     reads.append((frame, UNREAD))
                 continue
             self._events += 1
-            payload = read(frame.event, frame.data)
-            if reads is not None:
-                reads.append((frame, payload))
+            if reads is None:
+                self._read(frame.event, data)
+            else:
+                reads.append((frame, self._read(frame.event, data)))
 
     def on_event(self, event: str | None, data: bytes, now: float) -> object:
         """One event from a carrier that delivers whole events (``event``: its type as the
@@ -344,7 +346,7 @@ class TrackingObserver(StreamObserver):
         if self._over is not None:
             return UNREAD
         self._events += 1
-        return self.reader.read(event, data)
+        return self._read(event, data)
 
     @property
     def events(self) -> int:

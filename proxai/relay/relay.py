@@ -10,10 +10,12 @@ that a slow client slows the upstream read instead of filling proxai's memory::
   it (:mod:`proxai.relay.attempts`) and reads it (:mod:`proxai.relay.reader`):
   whole SSE frames, each read stamped on the upstream clock, then how it ended;
 - the **observer** feeds each batch of frames to the protocol's sans-io
-  observer, forwards the bytes unchanged, and waits for the next batch no
+  observer, forwards what its :class:`~proxai.relay.forwarding.Forwarding` gives
+  (the bytes unchanged, or their translation), and waits for the next batch no
   longer than the observer's deadline (and the request's ``total``); when one
   passes it cancels the reader (closing the upstream connection). How the
-  response then ends is decided by :func:`proxai.relay.ending.decide`;
+  response then ends is decided by :func:`proxai.relay.ending.decide`, and the
+  writer is told so in one :class:`~proxai.relay.writer.Closing` record;
 - the **writer** (:class:`proxai.relay.writer.Writer`) is the only task that
   sends to the client;
 - the **watcher** waits for the client to go away, and then cancels the whole

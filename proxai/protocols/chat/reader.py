@@ -51,6 +51,7 @@ class ChatReader:
 
     def __init__(self, tracker: TrackingObserver) -> None:
         self._tracker = tracker
+        self._open = tracker.open_by_key  # the items open now (the observer's)
         # Calls by (choice, tool call index): open ones, and closed ones while kept.
         self.calls: dict[CallKey, TrackedItem] = {}
         self._open_of_choice: dict[int, dict[CallKey, None]] = {}
@@ -150,12 +151,12 @@ class ChatReader:
         tracker = self._tracker
         previous = self._guarded_call.pop(choice, None)
         if previous is not None and previous != key:
-            other = tracker.open_by_key.get(previous)
+            other = self._open.get(previous)
             if other is not None:
                 tracker.guard(other, False)
         if key is None:
             return
-        item = tracker.open_by_key.get(key)
+        item = self._open.get(key)
         if item is not None:
             self._guarded_call[choice] = key
             tracker.guard(item)
@@ -163,7 +164,7 @@ class ChatReader:
     def _text(self, choice: int, content: str) -> None:
         tracker = self._tracker
         key = (choice, "text")
-        if key not in tracker.open_by_key:
+        if key not in self._open:
             item = TrackedItem(key, "text", f"choice {choice}", False, "text", tracker.now)
             if not self._open_item(item):
                 return
@@ -194,7 +195,7 @@ class ChatReader:
             if not self._open_item(item):
                 return
             self.calls[key] = item
-        elif key not in tracker.open_by_key:
+        elif key not in self._open:
             tracker.note(f"a fragment for {item.label} after its choice finished")
             return
         elif call_id and not item.call_id:

@@ -53,6 +53,7 @@ class MessagesReader:
 
     def __init__(self, tracker: TrackingObserver) -> None:
         self._tracker = tracker
+        self._open = tracker.open_by_key  # the items open now (the observer's)
         self.blocks: dict[int, TrackedItem] = {}  # every block opened (within max_kept)
         self._stop_reason: str | None = None
 
@@ -128,7 +129,7 @@ class MessagesReader:
     def _delta(self, event: dict[str, Any]) -> None:
         tracker = self._tracker
         index = event.get("index")
-        item = tracker.open_by_key.get(index) if isinstance(index, int) else None
+        item = self._open.get(index) if isinstance(index, int) else None
         delta = event.get("delta")
         if item is None or not isinstance(delta, dict):
             tracker.note(f"content_block_delta for block {index}, which is not open")

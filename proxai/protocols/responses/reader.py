@@ -137,6 +137,7 @@ class ResponsesReader:
         """``model``, the one the client asked for, names it in a synthesized failure
         when the upstream sent no snapshot of its own."""
         self._tracker = tracker
+        self._open = tracker.open_by_key  # the items open now (the observer's)
         self._model = model
         # Every item opened (within max_kept), by output_index (or by id where a server
         # sends no index), for the final output's check; and the open ones' ids.
@@ -247,7 +248,7 @@ class ResponsesReader:
         self, output_index: int | None, item_id: str | None, what: str
     ) -> TrackedItem | None:
         index = self._index_for(output_index, item_id)
-        item = self._tracker.open_by_key.get(index) if index is not None else None
+        item = self._open.get(index) if index is not None else None
         if item is None:
             self._tracker.note(f"{what} for an item that is not open (output_index {index})")
         return item
