@@ -11,7 +11,7 @@ is. A :class:`TrackingObserver` keeps
 - whether the stream reached its terminal event, after which proxai waits only
   :data:`AFTER_TERMINAL_GRACE` for the upstream to hang up.
 
-What is protocol-specific is its API's *reader* (:class:`~proxai.protocols.reader.StreamReader`):
+What is protocol-specific is its API's *reader* (:class:`StreamReader`):
 it parses each event once and tells the observer what happened in the observer's
 terms (an item opened, grew, stopped being guarded, closed; text to compare; usage; the
 terminal), and it writes the protocol's terminal for a stream proxai ends itself. The
@@ -160,6 +160,7 @@ class TrackingObserver(StreamObserver):
         self._tool_arguments = timeouts.tool_arguments
         self._total = timeouts.total
         self._limits = limits or StreamLimits()
+        #: The items open now, by their reader's keys (readers look; the observer changes it).
         self.open_by_key: dict[Hashable, TrackedItem] = {}
         #: Guarded items by their progress when queued (lazily fixed: see _earliest_guarded).
         self._guarded: list[tuple[float, int, TrackedItem]] = []

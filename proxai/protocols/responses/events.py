@@ -28,6 +28,7 @@ from ...wire.sse import SSEFrame
 __all__ = [
     "ARGUMENT_DELTAS",
     "ARGUMENT_DONES",
+    "NEEDED_TYPES",
     "NOT_JSON",
     "TERMINAL_TYPES",
     "ArgumentsDelta",
@@ -203,7 +204,8 @@ _STRUCTURED: dict[str, type[Any]] = {
     "response.output_item.added": OutputItemAdded,
     "response.output_item.done": OutputItemDone,
 }
-_NEEDED = (
+#: The types whose events may change what the observer tracks.
+NEEDED_TYPES = _NEEDED = (
     frozenset(_STRUCTURED)
     | ARGUMENT_DELTAS
     | frozenset(ARGUMENT_DONES)

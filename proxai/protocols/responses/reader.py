@@ -33,6 +33,8 @@ from ..aggregate import Aggregate
 from ..observer import UNREAD
 from ..tracking import ITEM_BYTES, TrackedItem, TrackingObserver
 from .events import (
+    NEEDED_TYPES,
+    NOT_JSON,
     ArgumentsDelta,
     ArgumentsDone,
     DeltaFields,
@@ -48,8 +50,6 @@ from .events import (
     TextDone,
     delta_fields_of,
     event_of,
-    load,
-    needs_parsing,
 )
 
 __all__ = ["GUARDED_ITEM_TYPES", "ResponsesReader", "synthesized_error"]
@@ -149,10 +149,14 @@ class ResponsesReader:
         self._since_sequence = 0  # events after the last one that carried a sequence_number
 
     def read(self, event_type: str | None, data: bytes) -> object:
-        if not needs_parsing(event_type):  # counted, never parsed
-            self._since_sequence += 1
+        # needs_parsing() and load(), inline: this runs once per event.
+        if event_type and event_type != "message" and event_type not in NEEDED_TYPES:
+            self._since_sequence += 1  # counted, never parsed
             return UNREAD
-        value = load(data)
+        try:
+            value = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            value = NOT_JSON
         payload = value if isinstance(value, dict) else None
         delta = delta_fields_of(event_type, value)
         if delta is not None:
