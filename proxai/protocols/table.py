@@ -2,11 +2,10 @@
 
 An :class:`Api` is what proxai knows of one client API: the path its clients
 post to, the SDKs that speak it (:class:`ClientSdk`: the error JSON they parse
-and the headers they send a key in), its request projection and its stream's
-reader (its observer is the tracking observer over it). An
-:class:`UpstreamProtocol` is what an ``[upstreams.NAME] protocol`` speaks: which
-APIs, the header its key goes in, and the SDKs of the requests that reach it
-unparsed (``GET /v1/models``).
+and the headers they send a key in), its request projection and its stream
+observer. An :class:`UpstreamProtocol` is what an ``[upstreams.NAME] protocol``
+speaks: which APIs, the header its key goes in, and the SDKs of the requests
+that reach it unparsed (``GET /v1/models``).
 
 Everything else looks protocols up here; adding an API is adding a row.
 """
@@ -21,15 +20,15 @@ import attrs
 from ..config import Protocol as UpstreamKind
 from ..config import TimeoutsConfig
 from ..errors import ErrorShape
-from .chat.reader import ChatReader
+from .chat.observer import ChatObserver
 from .chat.request import project_chat
-from .messages.reader import MessagesReader
+from .messages.observer import MessagesObserver
 from .messages.request import project_messages
 from .names import WireApi
 from .observer import StreamObserver
-from .responses.reader import ResponsesReader
+from .responses.observer import ResponsesObserver
 from .responses.request import project_responses
-from .tracking import ReaderFactory, StreamLimits, TrackingObserver
+from .tracking import StreamLimits
 
 __all__ = [
     "ANTHROPIC_SDK",
@@ -90,21 +89,13 @@ class Api:
     sdk: ClientSdk
     #: Parsed JSON body -> typed projection; raises ProxyError (400) naming the bad path.
     project: Callable[[dict[str, Any]], Projection]
-    #: Its stream's reader, given the request (``None``: a stream whose request proxai
-    #: did not see, such as a resumed one).
-    reader: Callable[[Projection | None], ReaderFactory]
+    observer: ObserverFactory
     #: The upstream protocol that speaks it.
     upstream: UpstreamKind
     #: GET paths under this prefix stream this API's events (a resumed response).
     resumes_under: str | None = None
     #: Whether its bodies have the ``instructions`` that ``normalize`` passes edit.
     has_instructions: bool = False
-
-    def observer(
-        self, timeouts: TimeoutsConfig, request: Projection | None, limits: StreamLimits
-    ) -> StreamObserver:
-        """The observer of one of its streams (an :data:`ObserverFactory`)."""
-        return TrackingObserver(timeouts, limits, reader=self.reader(request))
 
 
 @attrs.frozen
@@ -130,9 +121,10 @@ class UpstreamProtocol:
         return self.key_header, value
 
 
-def _responses_reader(request: Projection | None) -> ReaderFactory:
-    model = request.model if request else None
-    return lambda tracker: ResponsesReader(tracker, model)
+def _responses_observer(
+    timeouts: TimeoutsConfig, request: Projection | None, limits: StreamLimits
+) -> StreamObserver:
+    return ResponsesObserver(timeouts, model=request.model if request else None, limits=limits)
 
 
 APIS: tuple[Api, ...] = (
@@ -141,7 +133,7 @@ APIS: tuple[Api, ...] = (
         "/v1/responses",
         OPENAI_SDK,
         project_responses,
-        _responses_reader,
+        _responses_observer,
         UpstreamKind.OPENAI,
         resumes_under="/v1/responses/",
         has_instructions=True,
@@ -151,7 +143,7 @@ APIS: tuple[Api, ...] = (
         "/v1/chat/completions",
         OPENAI_SDK,
         project_chat,
-        lambda request: ChatReader,
+        lambda timeouts, request, limits: ChatObserver(timeouts, limits),
         UpstreamKind.OPENAI,
     ),
     Api(
@@ -159,7 +151,7 @@ APIS: tuple[Api, ...] = (
         "/v1/messages",
         ANTHROPIC_SDK,
         project_messages,
-        lambda request: MessagesReader,
+        lambda timeouts, request, limits: MessagesObserver(timeouts, limits),
         UpstreamKind.ANTHROPIC_MESSAGES,
     ),
 )
