@@ -16,7 +16,7 @@ import orjson
 import trio
 from trio.testing import MockClock
 
-from proxai.config import RetriesConfig, TimeoutsConfig, UpstreamConfig
+from proxai.config import RetriesConfig, TimeoutsConfig, TranslationOptions, UpstreamConfig
 from proxai.outcome import OutcomeKind
 from proxai.policy.retry import RetryPlan
 from proxai.protocols.names import WireApi
@@ -28,7 +28,6 @@ from proxai.testing import Script, Send, Stall
 from proxai.testing.memory import ScriptTransport
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, TURN2_EVENTS
 from proxai.testing.streams import data_frames
-from proxai.translate.options import TranslationOptions
 from proxai.translate.pairs import translate
 from proxai.upstream.client import UpstreamClient
 from proxai.wire.headers import Headers
@@ -78,6 +77,10 @@ def responses_bytes(events: list[dict[str, Any]]) -> bytes:
     return Script.sse(events).body
 
 
+#: Where a translated request goes (spelled out: the table's paths are patterns).
+UPSTREAM_PATHS = {WireApi.CHAT: b"/v1/chat/completions", WireApi.MESSAGES: b"/v1/messages"}
+
+
 def exchange(script: Script, *, translated_from: WireApi | None = None) -> Exchange:
     """A Responses request to one scripted upstream (speaking ``translated_from``'s API
     instead, translated, when given)."""
@@ -103,7 +106,7 @@ def exchange(script: Script, *, translated_from: WireApi | None = None) -> Excha
             TIMEOUTS,
             orjson.dumps(request.body),
             observer_factory=lambda t: upstream.observer(t, None, StreamLimits()),
-            raw_path=upstream.path.encode(),
+            raw_path=UPSTREAM_PATHS[translated_from],
             query=b"",
             translator=request.translator(),
         )
