@@ -1,11 +1,14 @@
 """A same-run A/B of two proxai checkouts in the per-event regime (for judging a lever).
 
     PROXAI_B=/path/to/other/checkout .venv/bin/python -m bench.ab [--reps 5] [--c 1 4]
+        [--translated]
 
 ``proxai`` is this checkout, ``proxai-b`` the other one (its source on ``sys.path``),
 ``stock-relay`` the stack's floor; every repetition runs each at 20 and 80 paced deltas,
 interleaved, and prints the medians of the CPU per event (marginal) and per stream
 (fixed), and B's ratio to A. Issue 16 keeps a lever only if this shows it.
+``--translated``: A and B translate (a Responses client over a Chat upstream) instead
+of passing the stream through.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from .common import post_request
 from .perevent import STOCK, Variant, cell, event_upstream, lanes
 
 NAMES = ("proxai", "proxai-b", STOCK)
+TRANSLATED = ("proxai-translating", "proxai-b-translating", STOCK)
 SHORT, LONG = 20, 80
 
 
@@ -27,14 +31,17 @@ def main() -> None:
     parser.add_argument("--c", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--mode", default="paced", choices=["paced", "unpaced"])
     parser.add_argument("--memory", type=int, default=0, help="also RSS per N held streams")
+    parser.add_argument("--translated", action="store_true", help="A and B translate")
     args = parser.parse_args()
+    names = TRANSLATED if args.translated else NAMES
+    a, b = names[0], names[1]
     if args.memory:
         held(args.memory, args.reps)
     process, upstream = event_upstream()
     marginal: dict[tuple[str, int], list[float]] = {}
     fixed: dict[tuple[str, int], list[float]] = {}
     try:
-        with lanes(NAMES, upstream) as found:
+        with lanes(names, upstream) as found:
             for lane in found:
                 cell(lane, args.mode, 4, 2, -1)  # warm up
             for rep in range(args.reps):
@@ -48,13 +55,13 @@ def main() -> None:
     finally:
         process.kill()
     for c in args.c:
-        m = {n: statistics.median(marginal[(n, c)]) for n in NAMES}
-        f = {n: statistics.median(fixed[(n, c)]) for n in NAMES}
+        m = {n: statistics.median(marginal[(n, c)]) for n in names}
+        f = {n: statistics.median(fixed[(n, c)]) for n in names}
         print(
-            f"c={c}: per event A {m['proxai']:.0f} µs, B {m['proxai-b']:.0f} µs "
-            f"(B/A {m['proxai-b'] / m['proxai']:.3f}), stock {m[STOCK]:.0f} µs; "
-            f"per stream A {f['proxai']:.0f}, B {f['proxai-b']:.0f} "
-            f"(B/A {f['proxai-b'] / f['proxai']:.3f}), stock {f[STOCK]:.0f}"
+            f"c={c}: per event A {m[a]:.1f} µs, B {m[b]:.1f} µs "
+            f"(B/A {m[b] / m[a]:.3f}), stock {m[STOCK]:.1f} µs; "
+            f"per stream A {f[a]:.0f}, B {f[b]:.0f} "
+            f"(B/A {f[b] / f[a]:.3f}), stock {f[STOCK]:.0f}"
         )
 
 

@@ -174,6 +174,19 @@ def lanes(names: Sequence[str], upstream: int, *, held: bool = False) -> Iterato
                     proxai(wd, port, upstream, timeouts=TIMEOUTS, protocol="openai_chat")
                 )
                 up, direct = "chat", "direct-chat"
+            elif name == "proxai-b-translating":  # the A/B's B, translating
+                launcher = [sys.executable, "-c", B_LAUNCHER, os.environ["PROXAI_B"]]
+                processes.append(
+                    proxai(
+                        wd,
+                        port,
+                        upstream,
+                        timeouts=TIMEOUTS,
+                        protocol="openai_chat",
+                        argv_prefix=launcher,
+                    )
+                )
+                up, direct = "chat", "direct-chat"
             else:
                 app = {
                     "hypercorn-paced": "paced",

@@ -763,12 +763,12 @@ async def test_an_odd_final_output_does_not_break_a_completed_stream(
 async def test_an_observer_that_fails_is_dropped_not_the_stream(
     autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from proxai.protocols.responses.observer import ResponsesObserver
+    from proxai.protocols.responses.reader import ResponsesReader
 
-    def broken(self: ResponsesObserver, frame: Any, now: float) -> None:
+    def broken(self: ResponsesReader, event: Any, data: bytes) -> object:
         raise RuntimeError("observer bug")
 
-    monkeypatch.setattr(ResponsesObserver, "_apply", broken)
+    monkeypatch.setattr(ResponsesReader, "read", broken)
     async with MemoryProxy([Script.sse(TURN1_EVENTS)]) as proxy:
         exchange = await proxy.request(TURN1_REQUEST)
     assert exchange.body == TURN1

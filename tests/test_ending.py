@@ -7,7 +7,7 @@ import pytest
 from proxai.errors import ProxyError, ending_code
 from proxai.outcome import OutcomeKind
 from proxai.protocols.observer import Verdict
-from proxai.relay.ending import after_client_end, decide, head_timeout
+from proxai.relay.ending import after_client_end, client_gone, decide, head_timeout
 
 CLOSING = b"event: error\ndata: {}\n\n"
 
@@ -175,3 +175,54 @@ def test_a_response_made_whole_goes_out_whole_and_an_error_instead_of_it_as_its_
         completed, status=429, forwarded=False, finished=False, can_abort=True, whole=b"{}"
     )
     assert (translated_error.kind, translated_error.closing) == (OutcomeKind.UPSTREAM_ERROR, b"{}")
+
+
+@pytest.mark.parametrize(
+    "verdict",
+    [
+        Verdict(OutcomeKind.COMPLETED),  # the Chat upstream's [DONE] after its error chunk
+        Verdict(OutcomeKind.UPSTREAM_EOF, "closed", CLOSING),  # or no end at all
+    ],
+)
+def test_a_translators_in_band_failure_is_recorded_as_failed_however_the_stream_ended(
+    verdict: Verdict,
+) -> None:
+    end = decide(
+        verdict, status=200, forwarded=True, finished=False, can_abort=True, failed_in_band=True
+    )
+    assert end.kind is OutcomeKind.FAILED
+    plain = decide(verdict, status=200, forwarded=True, finished=False, can_abort=True)
+    # Only the record changes: the client gets what it would have.
+    assert (end.detail, end.closing, end.abort, end.error) == (
+        plain.detail,
+        plain.closing,
+        plain.abort,
+        plain.error,
+    )
+
+
+def test_a_client_that_hangs_up_between_writes_is_disconnected() -> None:
+    assert client_gone(judged=None, blocked_s=None, client_write=10.0) == (
+        OutcomeKind.CLIENT_DISCONNECTED,
+        None,
+    )
+    # A write that waited less than half of client_write: the client hung up, no more.
+    assert client_gone(judged=OutcomeKind.COMPLETED, blocked_s=4.9, client_write=10.0) == (
+        OutcomeKind.CLIENT_DISCONNECTED,
+        None,
+    )
+
+
+def test_a_connection_that_ends_while_a_write_waited_half_of_client_write_is_a_stalled_client() -> (
+    None
+):
+    gone = client_gone(judged=None, blocked_s=5.0, client_write=10.0)
+    assert gone is not None
+    kind, detail = gone
+    assert kind is OutcomeKind.CLIENT_STALLED
+    assert detail is not None and "waited 5.0 s" in detail and "client_write" in detail
+
+
+def test_a_client_already_judged_stalled_stays_so() -> None:
+    assert client_gone(judged=OutcomeKind.CLIENT_STALLED, blocked_s=None, client_write=10.0) is None
+    assert client_gone(judged=OutcomeKind.CLIENT_STALLED, blocked_s=9.0, client_write=10.0) is None

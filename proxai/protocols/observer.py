@@ -7,6 +7,10 @@ arrives (:meth:`StreamObserver.deadline`), and how the stream ends (a
 synthesized terminal event). The relay's observer task turns the deadline into
 a trio cancel scope; this module has no I/O and no trio.
 
+A tracking observer's reader parses each event once (see :mod:`proxai.protocols.tracking`);
+:meth:`StreamObserver.read_frames` hands what it parsed on (a translator's decoder reads
+the same values instead of parsing the bytes again).
+
 Times passed to an observer are on the relay's *upstream clock*, which runs
 only while proxai is waiting for the upstream (see :mod:`proxai.relay.relay`), so
 deadlines measure the upstream's silence and never proxai's own waiting on a
@@ -15,8 +19,10 @@ slow client.
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Sequence
+from typing import Final
 
 import attrs
 
@@ -24,13 +30,28 @@ from ..outcome import Outcome, OutcomeKind
 from ..wire.sse import SSEFrame
 
 __all__ = [
+    "UNREAD",
     "ItemSnapshot",
     "ObserverSnapshot",
     "PassThroughObserver",
+    "Read",
     "StreamObserver",
     "Verdict",
     "client_stalled_message",
 ]
+
+
+class _Unread(enum.Enum):
+    UNREAD = "unread"
+
+
+#: What a frame's reader parsed of it when it parsed nothing (a comment, an event type it
+#: only counts, an observer that reads no JSON): whoever needs its JSON parses it.
+UNREAD: Final = _Unread.UNREAD
+
+#: One frame and what its reader parsed of its data: the JSON value (``None``: not a JSON
+#: object), or :data:`UNREAD`.
+Read = tuple[SSEFrame, object]
 
 
 def client_stalled_message(seconds: float) -> str:
@@ -79,6 +100,14 @@ class StreamObserver:
 
     def on_frames(self, frames: Sequence[SSEFrame], now: float) -> None:
         """Frames that just arrived from the upstream (already on their way out)."""
+
+    def read_frames(self, frames: Sequence[SSEFrame], now: float, reads: list[Read] | None) -> None:
+        """:meth:`on_frames`, also appending to ``reads`` each frame it took with what it
+        parsed of it (the frames of a batch it stopped in, past a limit, are not all
+        there: the relay then ends the stream)."""
+        self.on_frames(frames, now)
+        if reads is not None:
+            reads.extend((frame, UNREAD) for frame in frames)
 
     @property
     def over_limit(self) -> Verdict | None:

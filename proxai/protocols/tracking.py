@@ -11,8 +11,11 @@ is. A :class:`TrackingObserver` keeps
 - whether the stream reached its terminal event, after which proxai waits only
   :data:`AFTER_TERMINAL_GRACE` for the upstream to hang up.
 
-A subclass parses its protocol's frames (:meth:`TrackingObserver._apply`) and
-writes its protocol's terminal (:meth:`TrackingObserver._closing`).
+What is protocol-specific is its API's *reader* (:class:`StreamReader`):
+it parses each event once and tells the observer what happened in the observer's
+terms (an item opened, grew, stopped being guarded, closed; text to compare; usage; the
+terminal), and it writes the protocol's terminal for a stream proxai ends itself. The
+observer is the same for every API.
 
 Per event the work is constant (amortized): the guarded items wait in a heap by
 their last progress, so the next deadline is its top, however many are open. What
@@ -28,7 +31,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import Protocol
 
 import attrs
 
@@ -45,8 +49,10 @@ from ..outcome import (
 from ..wire.sse import SSEFrame
 from .aggregate import Aggregate
 from .observer import (
+    UNREAD,
     ItemSnapshot,
     ObserverSnapshot,
+    Read,
     StreamObserver,
     Verdict,
     client_stalled_message,
@@ -55,7 +61,9 @@ from .observer import (
 __all__ = [
     "AFTER_TERMINAL_GRACE",
     "ITEM_BYTES",
+    "ReaderFactory",
     "StreamLimits",
+    "StreamReader",
     "TrackedItem",
     "TrackingObserver",
 ]
@@ -87,6 +95,26 @@ class StreamLimits:
     end_past_kept: bool = False
 
 
+class StreamReader(Protocol):
+    """An API's reader of one stream: each event in, parsed once, reported to its observer."""
+
+    def read(self, event: str | None, data: bytes) -> object:
+        """One dispatched event (its ``event:`` name, if any, and its data) at the
+        observer's :attr:`~TrackingObserver.now`: what it means is reported to the
+        observer. Returns what it parsed of ``data`` (see :data:`~.observer.Read`).
+        The bytes may come from any carrier (an SSE frame today)."""
+        ...
+
+    def closing(self, kind: OutcomeKind, message: str) -> bytes:
+        """The protocol's terminal events for a stream proxai ends itself, after
+        everything the upstream sent."""
+        ...
+
+
+#: Builds a stream's reader, given the observer it reports to.
+ReaderFactory = Callable[["TrackingObserver"], StreamReader]
+
+
 @attrs.define(eq=False)
 class TrackedItem:
     """An item the stream opened: a tool call, a message, a content block."""
@@ -116,14 +144,24 @@ class TrackedItem:
 
 
 class TrackingObserver(StreamObserver):
-    """Deadlines and verdicts over the items a protocol observer tracks."""
+    """Deadlines and verdicts over the items its API's reader reports.
 
-    def __init__(self, timeouts: TimeoutsConfig, limits: StreamLimits | None = None) -> None:
+    Its public methods under "what readers report" are the reader's vocabulary; the
+    rest is the :class:`StreamObserver` interface the relay drives."""
+
+    def __init__(
+        self,
+        timeouts: TimeoutsConfig,
+        limits: StreamLimits | None = None,
+        *,
+        reader: ReaderFactory,
+    ) -> None:
         self._idle = timeouts.idle
         self._tool_arguments = timeouts.tool_arguments
         self._total = timeouts.total
         self._limits = limits or StreamLimits()
-        self._open: dict[Hashable, TrackedItem] = {}
+        #: The items open now, by their reader's keys (readers look; the observer changes it).
+        self.open_by_key: dict[Hashable, TrackedItem] = {}
         #: Guarded items by their progress when queued (lazily fixed: see _earliest_guarded).
         self._guarded: list[tuple[float, int, TrackedItem]] = []
         self._queued = itertools.count()
@@ -140,37 +178,33 @@ class TrackingObserver(StreamObserver):
         self._comparisons = 0
         self._mismatches: list[str] = []
         self._mismatches_dropped = 0
-        self._usage: dict[str, object] | None = None
         self._kept = 0  # bytes kept for the end-of-stream checks (text, records)
         self._keeping = True
         #: The stream went past a limit: how it ends (the relay ends it at once).
         self._over: Verdict | None = None
+        #: When the event being read arrived (on the upstream clock).
+        self.now = 0.0
+        #: Usage as the upstream last reported it (its own JSON object).
+        self.usage: dict[str, object] | None = None
+        #: This stream's reader, its API's (built last: it may look at the observer).
+        self.reader = reader(self)
+        self._read = self.reader.read
 
-    # -- to be provided by each protocol ---------------------------------------------------
+    # -- what readers report ---------------------------------------------------------------
 
-    def _apply(self, frame: SSEFrame, now: float) -> None:
-        """Take one dispatched event (``frame.data`` is not None) into account."""
-        raise NotImplementedError
-
-    def _closing(self, kind: OutcomeKind, message: str) -> bytes:
-        """The protocol's terminal events for a stream proxai ends itself."""
-        raise NotImplementedError
-
-    # -- bookkeeping for subclasses --------------------------------------------------------
-
-    def _open_item(self, item: TrackedItem) -> bool:
+    def open_item(self, item: TrackedItem) -> bool:
         """Track ``item``; ``False`` when it is one more than ``max_open_items`` (the
         stream then ends: see :attr:`over_limit`)."""
-        if item.key in self._open:
-            self._note(f"{item.label} opened twice")
-        elif len(self._open) >= self._limits.max_open_items:
+        if item.key in self.open_by_key:
+            self.note(f"{item.label} opened twice")
+        elif len(self.open_by_key) >= self._limits.max_open_items:
             limit = self._limits.max_open_items
             self._end_over_limit(
                 f"upstream opened more than {limit} items at once (proxai max_open_items) "
                 f"with {item.label}"
             )
             return False
-        self._open[item.key] = item
+        self.open_by_key[item.key] = item
         if item.guarded:
             self._queue(item)
             if len(self._calls) < MAX_LISTED:
@@ -179,29 +213,33 @@ class TrackingObserver(StreamObserver):
                 self._calls_more += 1
         return True
 
-    def _close_item(self, key: Hashable) -> TrackedItem | None:
-        return self._open.pop(key, None)
+    def close_item(self, key: Hashable) -> TrackedItem | None:
+        return self.open_by_key.pop(key, None)
 
-    def _guard(self, item: TrackedItem, guarded: bool = True) -> None:
+    def guard(self, item: TrackedItem, guarded: bool = True) -> None:
         """Bound ``item`` by ``tool_arguments`` (or no longer)."""
         item.guarded = guarded
         if guarded and item.queued_at is None:
             self._queue(item)
 
-    def _progress(self, item: TrackedItem, text: str, now: float) -> None:
-        """``item`` grew by ``text`` at ``now``: its aggregate grows, its
-        deadline moves."""
-        self._grow(item.text, text)
-        item.last_progress = now
+    def progress(self, item: TrackedItem, text: str) -> None:
+        """``item`` grew by ``text`` now: its aggregate grows, its deadline moves."""
+        self.grow(item.text, text)
+        item.last_progress = self.now
 
-    def _grow(self, aggregate: Aggregate, text: str) -> None:
+    def grow(self, aggregate: Aggregate, text: str) -> None:
         """``aggregate`` grows by ``text``, kept while the stream is within ``max_kept``."""
-        if self._keep(len(text)):
+        if self.keep(len(text)):
             aggregate.append(text)
         else:
             aggregate.skip(text)
 
-    def _keep(self, size: int) -> bool:
+    @property
+    def keeping(self) -> bool:
+        """Whether the stream is still within ``max_kept`` (text is still kept)."""
+        return self._keeping
+
+    def keep(self, size: int) -> bool:
         """Whether ``size`` more bytes may be kept for the end-of-stream checks."""
         if not self._keeping:
             return False
@@ -215,7 +253,7 @@ class TrackingObserver(StreamObserver):
                 f"the translated stream holds more than {limit} bytes (proxai max_event_bytes)"
             )
         else:
-            self._note(
+            self.note(
                 f"the stream kept {limit} bytes for its end-of-stream checks "
                 "(max_event_bytes): the rest is not compared"
             )
@@ -225,13 +263,13 @@ class TrackingObserver(StreamObserver):
         if self._over is None and self._terminal is None:
             self._over = self._fail(OutcomeKind.UPSTREAM_OVER_LIMIT, message + self._where())
 
-    def _finish(self, kind: OutcomeKind, detail: str | None = None) -> None:
+    def finish(self, kind: OutcomeKind, detail: str | None = None) -> None:
         """The upstream sent its terminal event (the first one counts)."""
         if self._terminal is None:
             self._terminal = kind
             self._terminal_detail = detail
 
-    def _compare(self, what: str, aggregate: Aggregate, expected: str) -> None:
+    def compare(self, what: str, aggregate: Aggregate, expected: str) -> None:
         """Check what the deltas spelled against the upstream's whole value (a part not
         kept whole is not compared)."""
         if aggregate.partial:
@@ -257,7 +295,7 @@ class TrackingObserver(StreamObserver):
         heap = self._guarded
         while heap:
             queued_at, _, item = heap[0]
-            if not item.guarded or self._open.get(item.key) is not item:
+            if not item.guarded or self.open_by_key.get(item.key) is not item:
                 heapq.heappop(heap)
                 item.queued_at = None
             elif item.last_progress != queued_at:
@@ -281,18 +319,42 @@ class TrackingObserver(StreamObserver):
         self._last_activity = now
 
     def on_frames(self, frames: Sequence[SSEFrame], now: float) -> None:
-        self._last_activity = now
+        self.read_frames(frames, now, None)
+
+    def read_frames(self, frames: Sequence[SSEFrame], now: float, reads: list[Read] | None) -> None:
+        self._last_activity = self.now = now
         for frame in frames:
             if self._over is not None:
                 return  # the stream is ending: nothing more is tracked
             if frame.unknown:
-                self._note(f"a line that is no SSE field: {frame.raw[:60]!r}")
-            if frame.data is None:  # a comment (": ping") or a stray blank line
+                self.note(f"a line that is no SSE field: {frame.raw[:60]!r}")
+            data = frame.data
+            if data is None:  # a comment (": ping") or a stray blank line
+                if reads is not None:
+                    reads.append((frame, UNREAD))
                 continue
             self._events += 1
-            self._apply(frame, now)
+            if reads is None:
+                self._read(frame.event, data)
+            else:
+                reads.append((frame, self._read(frame.event, data)))
 
-    def _note(self, anomaly: str) -> None:
+    def on_event(self, event: str | None, data: bytes, now: float) -> object:
+        """One event from a carrier that delivers whole events (``event``: its type as the
+        carrier names it, if it does; ``data``: its JSON bytes), arrived at ``now``; what
+        the reader parsed of it. :meth:`read_frames` is the same, per SSE frame."""
+        self._last_activity = self.now = now
+        if self._over is not None:
+            return UNREAD
+        self._events += 1
+        return self._read(event, data)
+
+    @property
+    def events(self) -> int:
+        """Events read so far (comments and blank frames are none)."""
+        return self._events
+
+    def note(self, anomaly: str) -> None:
         """Record odd upstream input (forwarded all the same), up to MAX_ANOMALIES."""
         if len(self._anomalies) < MAX_ANOMALIES:
             self._anomalies.append(anomaly)
@@ -363,18 +425,18 @@ class TrackingObserver(StreamObserver):
 
     def _where(self) -> str:
         """`` while streaming text of message msg_1``: the most recently opened item."""
-        if not self._open:
+        if not self.open_by_key:
             return f" (after {self._events} events)"
-        item = next(reversed(self._open.values()))
+        item = next(reversed(self.open_by_key.values()))
         self._stalled = self._stalled or item
         return f" while streaming {item.streams} of {item.label}"
 
     def _fail(self, kind: OutcomeKind, message: str) -> Verdict:
-        return Verdict(kind, message, self._closing(kind, message))
+        return Verdict(kind, message, self.reader.closing(kind, message))
 
     def fill(self, outcome: Outcome) -> None:
         outcome.stalled_item = self._stalled.label if self._stalled else None
-        outcome.usage, usage_capped = cap_depth(self._usage, MAX_USAGE_DEPTH)
+        outcome.usage, usage_capped = cap_depth(self.usage, MAX_USAGE_DEPTH)
         outcome.calls = [item.summary() for item in self._calls]
         outcome.calls_more = self._calls_more
         outcome.aggregates_match = None if not self._comparisons else not self._mismatches
@@ -402,11 +464,11 @@ class TrackingObserver(StreamObserver):
                 ),
                 chars=item.text.length,
             )
-            for item in self._open.values()
+            for item in self.open_by_key.values()
         )
         return ObserverSnapshot(round(self.deadline() - now, 3), items, self.finished)
 
     @property
     def open_items(self) -> list[str]:
         """Labels of the items open now (for tests and the live view)."""
-        return [item.label for item in self._open.values()]
+        return [item.label for item in self.open_by_key.values()]

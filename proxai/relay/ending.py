@@ -62,6 +62,7 @@ def decide(
     finished: bool,
     can_abort: bool,
     whole: bytes | ProxyError | None = None,
+    failed_in_band: bool = False,
 ) -> Ending:
     """The end of a response whose upstream answered ``status``.
 
@@ -70,7 +71,23 @@ def decide(
     a body ended without its final message (HTTP/1.1, not hypercorn's HTTP/2).
     ``whole``: a translated response made all at once at the upstream's end (nothing of
     it was forwarded): the client's bytes, or proxai's error to answer instead.
+    ``failed_in_band``: the translator read the upstream's own in-band error (and said
+    it in the client's API): the response is recorded as ``failed``, however it ended.
     """
+    end = _decide(verdict, status, forwarded, finished, can_abort, whole)
+    if failed_in_band and end.kind is not OutcomeKind.FAILED:
+        return attrs.evolve(end, kind=OutcomeKind.FAILED)
+    return end
+
+
+def _decide(
+    verdict: Verdict,
+    status: int,
+    forwarded: bool,
+    finished: bool,
+    can_abort: bool,
+    whole: bytes | ProxyError | None,
+) -> Ending:
     if isinstance(whole, ProxyError):
         return Ending(whole.kind or OutcomeKind.PROXY_ERROR, whole.message, error=whole)
     if not 200 <= status < 300 and verdict.kind is OutcomeKind.COMPLETED:

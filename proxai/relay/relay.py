@@ -10,10 +10,12 @@ that a slow client slows the upstream read instead of filling proxai's memory::
   it (:mod:`proxai.relay.attempts`) and reads it (:mod:`proxai.relay.reader`):
   whole SSE frames, each read stamped on the upstream clock, then how it ended;
 - the **observer** feeds each batch of frames to the protocol's sans-io
-  observer, forwards the bytes unchanged, and waits for the next batch no
+  observer, forwards what its :class:`~proxai.relay.forwarding.Forwarding` gives
+  (the bytes unchanged, or their translation), and waits for the next batch no
   longer than the observer's deadline (and the request's ``total``); when one
   passes it cancels the reader (closing the upstream connection). How the
-  response then ends is decided by :func:`proxai.relay.ending.decide`;
+  response then ends is decided by :func:`proxai.relay.ending.decide`, and the
+  writer is told so in one :class:`~proxai.relay.writer.Closing` record;
 - the **writer** (:class:`proxai.relay.writer.Writer`) is the only task that
   sends to the client;
 - the **watcher** waits for the client to go away, and then cancels the whole
@@ -32,19 +34,26 @@ import attrs
 import trio
 
 from ..errors import SHUTDOWN_MESSAGE, ProxyError, shutdown_error
-from ..outcome import ENDED_WELL, Outcome, OutcomeKind
-from ..protocols.observer import ObserverSnapshot, PassThroughObserver, StreamObserver, Verdict
+from ..outcome import Outcome, OutcomeKind
+from ..protocols.observer import (
+    UNREAD,
+    ObserverSnapshot,
+    PassThroughObserver,
+    Read,
+    StreamObserver,
+    Verdict,
+)
 from ..protocols.tracking import AFTER_TERMINAL_GRACE
-from ..translate.stream import ResponseTranslator
 from ..upstream.client import UpstreamResponse
 from ..wire.sse import SSEFrame
 from . import ending
 from .attempts import AttemptHook, open_upstream
 from .clock import UpstreamClock
 from .exchange import Exchange, Tap, UpstreamTarget
+from .forwarding import Forwarding, PassThrough, Translated
 from .messages import Body, End, Head, ToObserver, ToWriter
-from .reader import read_body, translated_headers
-from .writer import JOIN_MAX_BYTES, Downstream, Writer
+from .reader import read_body
+from .writer import JOIN_MAX_BYTES, Closing, Downstream, Writer
 
 __all__ = ["READER_CHANNEL_SIZE", "WRITER_CHANNEL_SIZE", "Relay", "StreamSnapshot"]
 
@@ -126,8 +135,10 @@ class Relay:
         self._sent_head = False
         #: The upstream that answered (the last attempt's).
         self._target: UpstreamTarget | None = None
-        #: Turns the upstream's response into the client's API (a translated request).
-        self._translator: ResponseTranslator | None = None
+        #: What the client gets of the upstream's body (its bytes, or their translation).
+        self._forwarding: Forwarding = PassThrough()
+        #: The client accepted nothing for too long: the writer holds the rest until it reads.
+        self._client_stalled = False
 
     def _elapsed(self) -> float:
         return trio.current_time() - self._started
@@ -152,7 +163,7 @@ class Relay:
         """The live view's picture of this request now."""
         outcome = self.outcome
         stage = "waiting for the upstream" if not self._sent_head else "streaming"
-        if self._writer.after_stall is not None:
+        if self._client_stalled:
             stage = "client stalled"
         return StreamSnapshot(
             request_id=outcome.request_id,
@@ -180,7 +191,7 @@ class Relay:
 
     async def _watch_disconnect(self, request_scope: trio.CancelScope) -> None:
         await self._downstream.wait_disconnect()
-        if self._translator is not None and self._translator.client_finished:
+        if self._forwarding.client_finished:
             # The client read its translated terminal event and hung up (Codex does at
             # once), before the upstream's own end (Chat's [DONE] follows the usage chunk
             # proxai finishes at): give the relay a moment to see that end, so the
@@ -266,37 +277,32 @@ class Relay:
             if head.sse:
                 self._observer = target.observer_factory(target.timeouts)
             if target.translator is not None:
-                self._translator = translator = target.translator()
-                translator.start(
-                    head.status,
-                    head.headers,
-                    sse=head.sse,
+                self._forwarding = Translated(
+                    target.translator(),
+                    self.outcome,
                     max_body_bytes=self._exchange.max_translated_body_bytes,
+                    let_go=self._reader_scope.cancel,
                 )
-                self.outcome.translation = translator.pair
-                self.outcome.dropped = list(translator.context.dropped)
-                headers = translated_headers(head.headers, sse=translator.streams)
-                head = attrs.evolve(head, headers=headers)
+            head = self._forwarding.start(head)
             self._observer.on_start(head.at)
             await client.send(head)
-            writer = self._writer
+            after_stall: bytes | None = None
             try:
                 verdict, forwarded = await self._relay_body(upstream, client)
             except _WriterBlocked as blocked:
                 # The client has accepted nothing for too long: let go of the upstream
                 # now; the writer delivers the closing bytes if the client ever reads.
                 self._reader_scope.cancel()
+                self._client_stalled = True
                 blocked.pending += self._drain_queued(upstream)
                 if blocked.kind is OutcomeKind.CLIENT_STALLED:
                     verdict = self._observer.on_client_stalled(self._timeouts.client_write)
                 else:
                     verdict = self._observer.on_total_timeout(self._clock.now())
                 forwarded = True
-                writer.after_stall = blocked.pending + verdict.closing
-            whole: bytes | ProxyError | None = None
-            if self._translator is not None:
-                verdict = self._translated_verdict(verdict)
-                whole = self._whole_response(verdict)
+                after_stall = blocked.pending + verdict.closing
+            forwarding = self._forwarding
+            verdict, whole = forwarding.ending(verdict)
             end = ending.decide(
                 verdict,
                 status=head.status,
@@ -304,16 +310,15 @@ class Relay:
                 finished=self._observer.finished,
                 can_abort=self._exchange.can_abort,
                 whole=whole,
+                failed_in_band=forwarding.failed_in_band,
             )
             self._observer.fill(self.outcome)
-            if self._translator is not None and self._translator.failed:
-                end = attrs.evolve(end, kind=OutcomeKind.FAILED)
             self.outcome.kind = end.kind
             self.outcome.detail = end.detail
             if end.error is not None:
                 self.outcome.status = end.error.status
                 await client.send(end.error)
-            elif end.closing and writer.after_stall is None:
+            elif end.closing and after_stall is None:
                 # In sends of at most JOIN_MAX_BYTES (a whole translated body can be tens
                 # of MB): client_write bounds each, and the server copies none whole.
                 closing = end.closing
@@ -321,9 +326,10 @@ class Relay:
                     try:
                         await self._to_writer(client, closing[at : at + JOIN_MAX_BYTES])
                     except _WriterBlocked as blocked:
-                        writer.after_stall = blocked.pending + closing[at + JOIN_MAX_BYTES :]
+                        self._client_stalled = True
+                        after_stall = blocked.pending + closing[at + JOIN_MAX_BYTES :]
                         break
-            writer.abort = end.abort
+            self._writer.close_with(Closing(after_stall=after_stall, abort=end.abort))
 
     async def _relay_body(
         self,
@@ -335,15 +341,12 @@ class Relay:
         Returns the verdict and whether any byte went to the client.
         """
         forwarded = False
-        translator = self._translator
+        forwarding = self._forwarding
         while True:
-            if translator is not None and translator.broken is not None:
-                return self._translation_failed(), forwarded
-            if translator is not None and translator.refusal is not None:
-                # A body proxai will not translate: nothing more of it is needed.
+            stopped = forwarding.stopped()
+            if stopped is not None:
                 self._reader_scope.cancel()
-                refusal = translator.refusal
-                return Verdict(refusal.kind or OutcomeKind.PROXY_ERROR, refusal.message), forwarded
+                return stopped, forwarded
             message = await self._next_message(upstream, self._observer)
             if message is None:  # a deadline passed first
                 self._reader_scope.cancel()
@@ -351,14 +354,14 @@ class Relay:
                     return self._observer.on_total_timeout(self._clock.now()), forwarded
                 return self._observer.on_deadline(self._clock.now()), forwarded
             if isinstance(message, Body):
-                self._observe_frames(message)
+                reads = self._observe_frames(message)
                 over = self._observer.over_limit
                 if over is not None:  # past a limit of one stream: it ends now, as a stall
                     self._reader_scope.cancel()
                     async for _ in upstream:  # the reader may be mid-read: let it end
                         pass
                     return over, forwarded
-                data = self._client_bytes(message)
+                data = forwarding.client_bytes(message, reads)
                 if data:
                     forwarded = True
                     try:  # _to_writer's first step, inline: this runs once per event
@@ -370,37 +373,11 @@ class Relay:
             verdict = self._observer.on_end(
                 fault=message.fault, detail=message.detail, now=message.at
             )
-            # An unfinished last event is forwarded when proxai adds nothing after
-            # it (the client's parser drops it, as it would have without proxai);
-            # it is dropped when proxai appends an event, which must start at a
-            # boundary.
-            if self._translator is not None:
-                # A translated body goes out whole or as the client's events: an
-                # unfinished upstream frame has no meaning in the client's API.
-                return verdict, forwarded
-            if message.tail and (not verdict.closing or not message.tail.strip(b"\r\n")):
+            tail = forwarding.tail(message.tail, verdict)
+            if tail:
                 forwarded = True
-                await self._to_writer(client, message.tail)
+                await self._to_writer(client, tail)
             return verdict, forwarded
-
-    def _translation_failed(self) -> Verdict:
-        """The translator failed: let go of the upstream; the client gets its API's error."""
-        translator = self._translator
-        assert translator is not None and translator.broken is not None
-        self._reader_scope.cancel()
-        self._log_translation_failure()
-        return Verdict(OutcomeKind.TRANSLATION_FAILED, translator.broken)
-
-    def _log_translation_failure(self) -> None:
-        """A contained translator failure is a proxai defect: log it, with its traceback."""
-        translator = self._translator
-        assert translator is not None
-        log.warning(
-            "request %s: %s",
-            self.outcome.request_id,
-            translator.broken,
-            exc_info=translator.exception,
-        )
 
     def _drain_queued(self, upstream: trio.MemoryReceiveChannel[ToObserver]) -> bytes:
         """The bytes of reads already queued by the reader, observed, for the writer."""
@@ -411,68 +388,26 @@ class Relay:
             except (trio.WouldBlock, trio.EndOfChannel):
                 return b"".join(data)
             if isinstance(message, Body):
-                self._observe_frames(message)
-                data.append(self._client_bytes(message))
+                reads = self._observe_frames(message)
+                data.append(self._forwarding.client_bytes(message, reads))
 
-    def _client_bytes(self, message: Body) -> bytes:
-        """What the client gets for one upstream read: the bytes, or their translation
-        (nothing yet for a response the client gets whole)."""
-        translator = self._translator
-        if translator is None:
-            return message.data
-        return translator.feed(message.data, message.frames)
-
-    def _whole_response(self, verdict: Verdict) -> bytes | ProxyError | None:
-        """A translated response made at the upstream's end (the client asked for no stream,
-        or the upstream answered whole): its bytes, or proxai's error instead; ``None`` when
-        its events passed as they came, or when the body did not end well (the verdict then
-        says the error)."""
-        translator = self._translator
-        assert translator is not None
-        if translator.passes_frames:
-            return None
-        if translator.refusal is None and verdict.kind not in ENDED_WELL:
-            return None
-        broken = translator.broken
-        whole = translator.whole()  # 502 translation_failed if it fails
-        if broken is None and translator.broken is not None:
-            self._log_translation_failure()
-        return whole
-
-    def _translated_verdict(self, verdict: Verdict) -> Verdict:
-        """The observer's verdict with its closing bytes in the client's API (a client
-        whose stream already ended loses nothing to the upstream's end after it)."""
-        translator = self._translator
-        assert translator is not None
-        verdict = self._after_client_end(verdict)
-        if not translator.passes_frames:
-            return attrs.evolve(verdict, closing=b"")
-        broken = translator.broken
-        closing = translator.closing(verdict)
-        if broken is None and translator.broken is not None:  # failed at the stream's end
-            verdict = self._after_client_end(self._translation_failed())
-        return attrs.evolve(verdict, closing=closing)
-
-    def _after_client_end(self, verdict: Verdict) -> Verdict:
-        translator = self._translator
-        assert translator is not None
-        verdict, anomaly = ending.after_client_end(verdict, client_end=translator.client_end)
-        if anomaly is not None:
-            self.outcome.anomalies.append(anomaly)
-        return verdict
-
-    def _observe_frames(self, message: Body) -> None:
+    def _observe_frames(self, message: Body) -> Sequence[Read]:
         """Count and feed a read's frames; if the observer fails on odd input, relay on
-        without it."""
-        if message.frames:
-            self._count(message.frames)
+        without it. For a translator, the frames as the observer's reader read them."""
+        frames = message.frames
+        if frames:
+            self._count(frames)
+        reads: list[Read] | None = [] if self._forwarding.wants_reads and frames else None
         try:
-            self._observer.on_frames(message.frames, message.at)
+            self._observer.read_frames(frames, message.at, reads)
         except Exception as exc:
             self.outcome.anomalies.append(
                 f"observer failed ({type(exc).__name__}: {exc}); relaying without it"
             )
             self._observer = PassThroughObserver()
+            if reads is not None:  # the translator reads them itself
+                reads = [(frame, UNREAD) for frame in frames]
+        return reads or ()
 
     async def _to_writer(self, client: trio.MemorySendChannel[ToWriter], data: bytes) -> None:
         """Hand bytes to the writer; raise :class:`_WriterBlocked` if the client has
@@ -520,7 +455,7 @@ class Relay:
         observer_deadline = observer.deadline()
         if observer_deadline != math.inf:
             deadline = min(deadline, trio.current_time() + (observer_deadline - self._clock.now()))
-        if self._translator is not None and self._translator.client_end is not None:
+        if self._forwarding.client_ended:
             # The client's stream has ended (a Chat upstream's at its usage chunk): the
             # upstream has nothing left to say but its own end, as after a terminal event.
             deadline = min(deadline, trio.current_time() + AFTER_TERMINAL_GRACE)

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Protocol
 
+import attrs
 import trio
 
 from ..errors import ErrorShape, ProxyError
@@ -21,7 +22,7 @@ from ..wire.headers import Headers, response_headers_for_client
 from .exchange import Tap
 from .messages import Head, ToWriter
 
-__all__ = ["JOIN_MAX_BYTES", "Downstream", "Writer", "error_response", "send_error"]
+__all__ = ["JOIN_MAX_BYTES", "Closing", "Downstream", "Writer", "error_response", "send_error"]
 
 #: The most bytes the writer joins into one send: httpcore's read size, so a joined
 #: send is never larger than a single upstream read can be.
@@ -71,6 +72,19 @@ async def send_error(
     return body
 
 
+@attrs.frozen
+class Closing:
+    """How the writer ends the body, once the observer task has sent its last bytes: the
+    observer task's one word on it (its default: a plain end)."""
+
+    #: Bytes to send once a stalled client reads again (the observer task could not hand
+    #: them over: the writer was blocked on the client).
+    after_stall: bytes | None = None
+    #: End the body without its final message: the server then closes the connection, and
+    #: the client sees the body broken, as the upstream's was.
+    abort: bool = False
+
+
 class Writer:
     """The relay's writer task and the state the observer task shares with it."""
 
@@ -93,15 +107,16 @@ class Writer:
         #: When the current send began (None between sends): the observer task bounds
         #: a blocked send by ``client_write`` from here.
         self.writing_since: float | None = None
-        #: Closing bytes to send once a stalled client reads again (set by the observer).
-        self.after_stall: bytes | None = None
-        #: End the response without its final message (set by the observer): the server
-        #: then closes the connection, and the client sees the body broken, as the
-        #: upstream's was.
-        self.abort = False
+        #: How to end the body (:meth:`close_with`; read once the observer closed its channel).
+        self._closing = Closing()
         #: Every body byte has been handed to the server: a disconnect after that is the
         #: client closing a finished exchange, not an abort.
         self.delivered = False
+
+    def close_with(self, closing: Closing) -> None:
+        """The observer task's last word, before it closes the channel: how the body ends.
+        Never blocks (the writer may be blocked on the client)."""
+        self._closing = closing
 
     async def run(
         self, channel: trio.MemoryReceiveChannel[ToWriter], request_scope: trio.CancelScope
@@ -128,10 +143,11 @@ class Writer:
                     await self._send_head(head)
                     if message is not None:
                         await self._send_body_until_closed(message, channel)
-                    if self.after_stall:
-                        await self._send_body(self.after_stall)
+                    closing = self._closing
+                    if closing.after_stall:
+                        await self._send_body(closing.after_stall)
                     self.delivered = True
-                    if not self.abort:
+                    if not closing.abort:
                         with self._closing_send(), self._sending():
                             await self._downstream.send_body(b"", more=False)
             if isinstance(message, ProxyError):

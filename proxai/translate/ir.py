@@ -341,8 +341,11 @@ class Decoder(Protocol):
     #: could not place), deduplicated, for the outcome record.
     notes: list[str]
 
-    def feed(self, frame: SSEFrame) -> list[Event]:
-        """Events of one SSE frame of a streamed response (comments give none)."""
+    def feed(self, frame: SSEFrame, payload: object = ...) -> list[Event]:
+        """Events of one SSE frame of a streamed response (comments give none).
+        ``payload``: what the upstream API's reader parsed of its data (see
+        :data:`~proxai.protocols.observer.Read`), so the data is not parsed again; by
+        default the decoder parses it."""
         ...
 
     def close(self) -> list[Event]:

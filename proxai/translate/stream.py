@@ -31,7 +31,7 @@ import orjson
 
 from ..errors import ProxyError, ending_code
 from ..outcome import ENDED_WELL, TRY_AGAIN, OutcomeKind
-from ..protocols.observer import Verdict
+from ..protocols.observer import UNREAD, Read, Verdict
 from ..wire.coding import CorruptCoding, coding_names, content_codings, decodable
 from ..wire.coding import Decoder as Inflater
 from ..wire.headers import Headers
@@ -136,14 +136,15 @@ class ResponseTranslator:
                 self._body += f"the upstream answered {status} in content coding {names}".encode()
                 self._unreadable = True
 
-    def feed(self, data: bytes, frames: Sequence[SSEFrame]) -> bytes:
-        """One upstream read (its bytes, and its frames for an event stream): the client's
-        bytes for it now (only when frames pass translated; else they are held)."""
+    def feed(self, data: bytes, reads: Sequence[Read]) -> bytes:
+        """One upstream read (its bytes, and for an event stream its frames as the
+        upstream API's reader read them): the client's bytes for it now (only when
+        frames pass translated; else they are held)."""
         if self._upstream_sse:
             if self.streams:
-                return self.frames(frames)
+                return self.reads(reads)
             if self._hold(len(data)):  # the events' content is held until the end
-                self.frames(frames)
+                self.reads(reads)
             return b""
         self.body_part(data)
         return b""
@@ -167,19 +168,24 @@ class ResponseTranslator:
     # -- streams ---------------------------------------------------------------------------
 
     def frames(self, frames: Sequence[SSEFrame]) -> bytes:
-        """The client's bytes for a batch of the upstream's frames (those of the frames
-        before a failure, which are whole events, when translating fails)."""
+        """:meth:`reads` of frames no reader parsed."""
+        return self.reads([(frame, UNREAD) for frame in frames])
+
+    def reads(self, reads: Sequence[Read]) -> bytes:
+        """The client's bytes for a batch of the upstream's frames, with what the
+        upstream API's reader parsed of each (those of the frames before a failure,
+        which are whole events, when translating fails)."""
         out: list[bytes] = []
         if self.broken is not None:
             return b""
         try:
-            for frame in frames:
+            for frame, payload in reads:
                 if frame.data is None:
                     # An upstream keep-alive (``: ping``) stays one for the client: Anthropic
                     # clients get their ``ping`` event, SSE parsers skip a comment.
                     out.append(self._keepalive(frame.raw))
                     continue
-                for event in self._decoder.feed(frame):
+                for event in self._decoder.feed(frame, payload):
                     out.append(self._encoder.feed(event))
                     self._ended_by(event)
         except Exception as exc:

@@ -10,8 +10,8 @@ observer only: the bytes on the wire are forwarded as they came.
 
 OpenAI names the type in the ``event:`` line, so routing costs nothing; a
 stream without ``event:`` lines (some compatible servers) is parsed to find it.
-Deltas, the bulk of a stream, are decoded with orjson and read field by field
-instead of going through cattrs.
+Each event's data is parsed once (:func:`load`); deltas, the bulk of a stream, are
+read field by field from it (:func:`delta_fields_of`) instead of going through cattrs.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from ...wire.sse import SSEFrame
 __all__ = [
     "ARGUMENT_DELTAS",
     "ARGUMENT_DONES",
+    "NEEDED_TYPES",
+    "NOT_JSON",
     "TERMINAL_TYPES",
     "ArgumentsDelta",
     "ArgumentsDone",
@@ -44,6 +46,10 @@ __all__ = [
     "TextDelta",
     "TextDone",
     "delta_fields",
+    "delta_fields_of",
+    "event_of",
+    "load",
+    "needs_parsing",
     "parse_event",
 ]
 
@@ -199,7 +205,8 @@ _STRUCTURED: dict[str, type[Any]] = {
     "response.output_item.added": OutputItemAdded,
     "response.output_item.done": OutputItemDone,
 }
-_NEEDED = (
+#: The types whose events may change what the observer tracks.
+NEEDED_TYPES = _NEEDED = (
     frozenset(_STRUCTURED)
     | ARGUMENT_DELTAS
     | frozenset(ARGUMENT_DONES)
@@ -219,21 +226,37 @@ _DELTA_TYPES = ARGUMENT_DELTAS | {"response.output_text.delta"}
 DeltaFields = tuple[str, int | None, int | None, str | None, int, str]
 
 
-def delta_fields(frame: SSEFrame) -> DeltaFields | None:
-    """The fields of a well-formed text or argument delta, read without building an
-    event (deltas are most of a stream); ``None`` for anything else, which
-    :func:`parse_event` then classifies. For a delta both give the same values."""
-    if frame.event not in _DELTA_TYPES or frame.data is None:
-        return None
+class _NotJson:
+    """What :func:`load` gives for data that is not JSON."""
+
+
+NOT_JSON = _NotJson()
+
+
+def load(data: bytes) -> Any:
+    """The JSON value of an event's data, or :data:`NOT_JSON`."""
     try:
-        data = orjson.loads(frame.data)
+        return orjson.loads(data)
     except orjson.JSONDecodeError:
-        return None
-    if not isinstance(data, dict):
+        return NOT_JSON
+
+
+def needs_parsing(kind: str | None) -> bool:
+    """Whether an event named ``kind`` by its ``event:`` line may change what the observer
+    tracks (every other type is an :class:`OtherEvent`, its JSON never parsed)."""
+    return not kind or kind == "message" or kind in _NEEDED
+
+
+def delta_fields_of(kind: str | None, data: Any) -> DeltaFields | None:
+    """The fields of a well-formed text or argument delta named ``kind`` whose data parsed
+    to ``data``, read without building an event (deltas are most of a stream); ``None``
+    for anything else, which :func:`event_of` then classifies. For a delta both give the
+    same values."""
+    if kind not in _DELTA_TYPES or not isinstance(data, dict):
         return None
     json_type = data.get("type")
     delta = data.get("delta")
-    if json_type != frame.event or not isinstance(delta, str):
+    if json_type != kind or not isinstance(delta, str):
         return None
     return (
         json_type,
@@ -245,15 +268,26 @@ def delta_fields(frame: SSEFrame) -> DeltaFields | None:
     )
 
 
+def delta_fields(frame: SSEFrame) -> DeltaFields | None:
+    """:func:`delta_fields_of` a frame."""
+    if frame.event not in _DELTA_TYPES or frame.data is None:
+        return None
+    return delta_fields_of(frame.event, load(frame.data))
+
+
 def parse_event(frame: SSEFrame) -> StreamEvent:
     """Classify one dispatched SSE event (``frame.data`` is not ``None``)."""
     kind = frame.event
-    if kind and kind != "message" and kind not in _NEEDED:  # "" is the default type too
+    if not needs_parsing(kind):  # "" is the default type too
         return OtherEvent(kind)
     assert frame.data is not None
-    try:
-        data = orjson.loads(frame.data)
-    except orjson.JSONDecodeError:
+    return event_of(kind, load(frame.data))
+
+
+def event_of(kind: str | None, data: Any) -> StreamEvent:
+    """Classify an event named ``kind`` (by its ``event:`` line, if any) whose data
+    parsed to ``data`` (:func:`load`)."""
+    if data is NOT_JSON:
         return MalformedEvent(kind, "data is not JSON")
     if not isinstance(data, dict):
         return MalformedEvent(kind, "data is not a JSON object")

@@ -1,22 +1,4 @@
-"""The Responses observer: a sans-io state machine over one ``/v1/responses`` stream.
-
-Fed the frames the relay forwards and the time they arrived, it tracks what
-the stream has open and decides when the upstream has been silent too long:
-
-- every output item from ``response.output_item.added`` to
-  ``response.output_item.done``, keyed by ``output_index`` (compatible servers
-  may rotate item ids; the index is stable). Several may be open at once and
-  each is guarded: a ``function_call``, ``custom_tool_call`` or ``mcp_call``
-  whose arguments get no delta for ``tool_arguments`` seconds has stalled.
-  ``function_call_arguments.done`` is not the end of anything but that
-  argument stream: the item stays guarded until its ``output_item.done`` and
-  other items keep their own deadlines;
-- the seed's aggregation: each call's arguments (``+= delta``) and each text
-  part's text, checked against the ``.done`` values and the final output;
-- the last ``response`` snapshot and the last ``sequence_number``, so a
-  synthesized ``response.failed`` looks like the upstream's own;
-- the terminal event (``response.completed`` / ``incomplete`` / ``failed``,
-  or ``error``, which the real API follows with ``response.failed``).
+"""The Responses observer: the tracking observer over a :class:`~.reader.ResponsesReader`.
 
 Times are on the relay's *upstream clock*, which only runs while proxai waits
 for the upstream: a client that reads slowly never makes the upstream look
@@ -25,115 +7,20 @@ silent. ``total`` is a wall-clock limit and lives in the relay.
 
 from __future__ import annotations
 
-import uuid
+import functools
 from collections.abc import Hashable
-from typing import Any
-
-import orjson
 
 from ...config import TimeoutsConfig
-from ...errors import ending_code
-from ...outcome import OutcomeKind
-from ...wire.sse import SSEFrame
-from ..aggregate import Aggregate
-from ..tracking import ITEM_BYTES, StreamLimits, TrackedItem, TrackingObserver
-from .events import (
-    ArgumentsDelta,
-    ArgumentsDone,
-    DeltaFields,
-    ErrorEvent,
-    LifecycleEvent,
-    MalformedEvent,
-    OtherEvent,
-    OutputItem,
-    OutputItemAdded,
-    OutputItemDone,
-    TextDelta,
-    TextDone,
-    delta_fields,
-    parse_event,
-)
+from ..tracking import StreamLimits, TrackingObserver
+from .reader import GUARDED_ITEM_TYPES, ResponsesReader, synthesized_error
 
 __all__ = ["GUARDED_ITEM_TYPES", "ResponsesObserver", "synthesized_error"]
 
-#: Item types whose argument stream ``tool_arguments`` guards, and the word for it.
-GUARDED_ITEM_TYPES: dict[str, str] = {
-    "function_call": "arguments",
-    "custom_tool_call": "input",
-    "mcp_call": "arguments",
-}
-_TERMINAL_KINDS = {
-    "response.completed": OutcomeKind.COMPLETED,
-    "response.incomplete": OutcomeKind.INCOMPLETE,
-    "response.failed": OutcomeKind.FAILED,
-}
-
-
-def _label(item: OutputItem) -> str:
-    """``function_call get_weather (call_weather_01)``, ``message msg_01``..."""
-    label = item.type
-    if item.name:
-        label += f" {item.name}"
-    if item.server_label:
-        label += f" on {item.server_label}"
-    ident = item.call_id or item.id
-    if ident:
-        label += f" ({ident})" if item.name else f" {ident}"
-    return label
-
-
-def _sse(event_type: str, payload: dict[str, Any]) -> bytes:
-    return b"event: " + event_type.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
-
-
-def synthesized_error(
-    message: str,
-    *,
-    sequence_number: int,
-    snapshot: dict[str, Any] | None,
-    model: str | None,
-    code: str = "server_error",
-) -> bytes:
-    """The ``error`` + ``response.failed`` pair proxai ends a broken stream with.
-
-    The ``error`` event carries the documented flat fields and the nested
-    ``error`` object the real API sends (openai-python raises ``APIError`` only
-    for the latter); ``response.failed`` is the last snapshot marked failed.
-    Its type is ``server_error``; its code names the cause (:func:`~proxai.errors.ending_code`:
-    ``upstream_timeout``, ``upstream_closed``...), never one of the codes Codex treats as
-    final (``context_length_exceeded``, ``insufficient_quota``...), so every client retries.
-    """
-    error = {"type": "server_error", "code": code, "message": message, "param": None}
-    error_event = {
-        "type": "error",
-        "sequence_number": sequence_number,
-        "code": code,
-        "message": message,
-        "param": None,
-        "error": error,
-    }
-    response: dict[str, Any] = dict(snapshot) if snapshot else {}
-    response.setdefault("id", "resp_proxai_" + uuid.uuid4().hex)
-    response.setdefault("object", "response")
-    response.setdefault("model", model)
-    response.setdefault("output", [])
-    response["status"] = "failed"
-    response["error"] = {"code": code, "message": message}
-    response["incomplete_details"] = None
-    failed = {
-        "type": "response.failed",
-        "sequence_number": sequence_number + 1,
-        "response": response,
-    }
-    return _sse("error", error_event) + _sse("response.failed", failed)
-
-
-#: What a text part no delta came for spelled.
-_NO_DELTAS = Aggregate()
-
 
 class ResponsesObserver(TrackingObserver):
-    """Watches one Responses stream; see the module docstring."""
+    """Watches one Responses stream (see :mod:`.reader`); adds views for tests."""
+
+    reader: ResponsesReader
 
     def __init__(
         self,
@@ -144,208 +31,18 @@ class ResponsesObserver(TrackingObserver):
     ) -> None:
         """``model``, the one the client asked for, names it in a synthesized failure
         when the upstream sent no snapshot of its own."""
-        super().__init__(timeouts, limits)
-        self._model = model
-        # Every item opened (within max_kept), by output_index (or by id where a server
-        # sends no index), for the final output's check; and the open ones' ids.
-        self._items: dict[Hashable, TrackedItem] = {}
-        self._index_of_id: dict[str, Hashable] = {}
-        self._texts: dict[tuple[Hashable, int], Aggregate] = {}
-        self._snapshot: dict[str, Any] | None = None
-        self._last_sequence: int | None = None
-        self._since_sequence = 0  # events after the last one that carried a sequence_number
-
-    def _apply(self, frame: SSEFrame, now: float) -> None:
-        delta = delta_fields(frame)
-        if delta is not None:
-            self._apply_delta(delta, now)
-            return
-        event = parse_event(frame)
-        match event:
-            # Deltas that delta_fields leaves to parse_event (no event: line, say).
-            case ArgumentsDelta():
-                fields = (event.type, event.sequence_number, event.output_index, event.item_id)
-                self._apply_delta((*fields, 0, event.delta), now)
-                return
-            case TextDelta():
-                fields = (event.type, event.sequence_number, event.output_index, event.item_id)
-                self._apply_delta((*fields, event.content_index, event.delta), now)
-                return
-        self._note_sequence(getattr(event, "sequence_number", None))
-        match event:
-            case OtherEvent():
-                pass
-            case OutputItemAdded():
-                self._add(event.output_index, event.item, now)
-            case OutputItemDone():
-                self._done(event.output_index, event.item)
-            case ArgumentsDone():
-                item = self._item_for(event.output_index, event.item_id, event.type)
-                if item is not None:
-                    # The arguments are complete: what follows (a hosted MCP tool
-                    # running, say) may take long, and only idle bounds it.
-                    self._guard(item, False)
-                    item.streams = "output"
-                    self._compare(f"{item.label}: {event.type}", item.text, event.value)
-            case TextDone():
-                index = self._index_for(event.output_index, event.item_id)
-                text = self._texts.get((index, event.content_index), _NO_DELTAS)
-                if index is not None and (self._keeping or text is not _NO_DELTAS):
-                    self._compare(
-                        f"text at output_index {index}, content_index {event.content_index}",
-                        text,
-                        event.text,
-                    )
-            case LifecycleEvent():
-                self._snapshot = event.response
-                kind = _TERMINAL_KINDS.get(event.type)
-                if kind is not None:
-                    self._finish(kind)
-                    usage = event.response.get("usage")
-                    self._usage = usage if isinstance(usage, dict) else None
-                    self._check_final_output(event.response.get("output"))
-            case ErrorEvent():
-                self._finish(OutcomeKind.FAILED, event.text)
-            case MalformedEvent():
-                self._note(f"{event.type or 'untyped'} event: {event.reason}")
-
-    def _apply_delta(self, fields: DeltaFields, now: float) -> None:
-        """An argument or text delta, from its fields (read by :func:`delta_fields`, or
-        taken from the event :func:`parse_event` built)."""
-        event_type, seq, output_index, item_id, content_index, delta = fields
-        self._note_sequence(seq)
-        if event_type == "response.output_text.delta":
-            index = self._index_for(output_index, item_id)
-            if index is not None:
-                text = self._texts.get((index, content_index))
-                if text is None:
-                    if not self._keep(ITEM_BYTES):
-                        return
-                    text = self._texts[(index, content_index)] = Aggregate()
-                self._grow(text, delta)
-            return
-        item = self._item_for(output_index, item_id, event_type)
-        if item is not None:
-            self._progress(item, delta, now)
-
-    def _note_sequence(self, seq: int | None) -> None:
-        if seq is not None:
-            self._last_sequence = seq
-            self._since_sequence = 0
-        else:
-            self._since_sequence += 1
-
-    def _index_for(self, output_index: int | None, item_id: str | None) -> Hashable | None:
-        if output_index is not None:
-            return output_index
-        if item_id is not None:
-            return self._index_of_id.get(item_id)
-        return None
-
-    def _item_for(
-        self, output_index: int | None, item_id: str | None, what: str
-    ) -> TrackedItem | None:
-        index = self._index_for(output_index, item_id)
-        item = self._open.get(index) if index is not None else None
-        if item is None:
-            self._note(f"{what} for an item that is not open (output_index {index})")
-        return item
-
-    def _add(self, output_index: int | None, item: OutputItem, now: float) -> None:
-        index: Hashable = output_index
-        if index is None:
-            if not item.id:
-                self._note(f"output_item.added ({item.type}) with no index and no id")
-                return
-            index = ("id", item.id)
-        streams = GUARDED_ITEM_TYPES.get(item.type, "text" if item.type == "message" else "output")
-        tracked = TrackedItem(
-            key=index,
-            type=item.type,
-            label=_label(item),
-            guarded=item.type in GUARDED_ITEM_TYPES,
-            streams=streams,
-            last_progress=now,
-            name=item.name,
-            call_id=item.call_id,
-        )
-        initial = item.input if item.type == "custom_tool_call" else item.arguments
-        if tracked.guarded and initial:
-            self._grow(tracked.text, initial)
-        if not self._open_item(tracked):
-            return
-        if self._keep(ITEM_BYTES):
-            self._items[index] = tracked
-        if item.id:
-            self._index_of_id[item.id] = index
-
-    def _done(self, output_index: int | None, item: OutputItem) -> None:
-        index = self._index_for(output_index, item.id)
-        tracked = self._close_item(index) if index is not None else None
-        if tracked is None:
-            self._note(f"output_item.done for output_index {index}, which is not open")
-            return
-        if item.id and self._items.get(index) is not tracked:
-            self._index_of_id.pop(item.id, None)  # not kept for the final check: forgotten
-        if tracked.guarded:
-            final = item.input if item.type == "custom_tool_call" else item.arguments
-            if final is not None:
-                self._compare(f"{tracked.label}: output_item.done", tracked.text, final)
-
-    def _check_final_output(self, output: Any) -> None:
-        if not isinstance(output, list):
-            return
-        for position, entry in enumerate(output):
-            if not isinstance(entry, dict) or not isinstance(entry.get("type"), str):
-                continue
-            entry_id = entry.get("id")
-            index = (
-                self._index_of_id.get(entry_id, position) if isinstance(entry_id, str) else position
-            )
-            kind = entry["type"]
-            item = self._items.get(index)
-            if kind in GUARDED_ITEM_TYPES and item is not None and item.type == kind:
-                final = entry.get("input" if kind == "custom_tool_call" else "arguments")
-                if isinstance(final, str):
-                    self._compare(f"{item.label}: final output", item.text, final)
-            elif kind == "message" and isinstance(entry.get("content"), list):
-                for content_index, part in enumerate(entry["content"]):
-                    text = self._texts.get((index, content_index))
-                    if (
-                        text is not None
-                        and isinstance(part, dict)
-                        and isinstance(part.get("text"), str)
-                    ):
-                        self._compare(
-                            f"text at output_index {index}, content_index {content_index}: "
-                            "final output",
-                            text,
-                            part["text"],
-                        )
-
-    def _closing(self, kind: OutcomeKind, message: str) -> bytes:
-        if self._last_sequence is not None:
-            sequence = self._last_sequence + self._since_sequence + 1
-        else:
-            sequence = self._events
-        return synthesized_error(
-            message,
-            sequence_number=sequence,
-            snapshot=self._snapshot,
-            model=self._model,
-            code=ending_code(kind),
-        )
+        super().__init__(timeouts, limits, reader=functools.partial(ResponsesReader, model=model))
 
     @property
     def function_calls(self) -> dict[Hashable, dict[str, str | None]]:
         """The seed's ``function_calls[item] = {call_id, name, arguments}``, by output_index."""
         return {
             index: {"call_id": item.call_id, "name": item.name, "arguments": item.aggregate}
-            for index, item in self._items.items()
+            for index, item in self.reader.items.items()
             if item.type == "function_call"
         }
 
     @property
     def texts(self) -> dict[tuple[Hashable, int], str]:
         """The seed's ``text[(output_index, content_index)]``."""
-        return {key: text.value() for key, text in self._texts.items()}
+        return {key: text.value() for key, text in self.reader.texts.items()}

@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 import orjson
 
+from ...protocols.observer import UNREAD
 from ...wire.sse import SSEFrame
 from ..ir import (
     Event,
@@ -37,7 +38,7 @@ from ..ir import (
     Usage,
 )
 
-__all__ = ["DecoderBase", "as_int", "as_str", "load_object"]
+__all__ = ["DecoderBase", "as_int", "as_str", "load_object", "object_of"]
 
 #: Notes kept per response, so a hostile stream cannot grow them without bound.
 _MAX_NOTES = 32
@@ -60,6 +61,14 @@ def load_object(data: bytes) -> dict[str, Any] | None:
     except orjson.JSONDecodeError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def object_of(data: bytes, payload: object) -> dict[str, Any] | None:
+    """The JSON object of an event's ``data``: what its reader parsed (``payload``), or,
+    when it parsed nothing (:data:`~proxai.protocols.observer.UNREAD`), parsed now."""
+    if payload is UNREAD:
+        return load_object(data)
+    return payload if isinstance(payload, dict) else None
 
 
 @attrs.define

@@ -35,9 +35,10 @@ from typing import Any
 import attrs
 import orjson
 
+from ...protocols.observer import UNREAD
 from ...wire.sse import SSEFrame
 from ..ir import Event, FinishReason, ItemKind, Usage
-from ._base import DecoderBase, as_int, as_str, load_object
+from ._base import DecoderBase, as_int, as_str, object_of
 
 __all__ = ["ChatDecoder", "chat_usage"]
 
@@ -117,13 +118,13 @@ class ChatDecoder(DecoderBase):
 
     # -- streams ------------------------------------------------------------------
 
-    def feed(self, frame: SSEFrame) -> list[Event]:
+    def feed(self, frame: SSEFrame, payload: object = UNREAD) -> list[Event]:
         data = frame.data
         if data is None or self._ended:
             return []
         if data[:1] != b"{" and data.strip() == DONE:
             return self._done()
-        chunk = load_object(data)
+        chunk = object_of(data, payload)
         if frame.event == "error" and (chunk is None or not chunk.get("error")):
             # Groq and others name their in-band error: it ends the stream whatever it says.
             message = as_str(chunk.get("message")) if chunk else None

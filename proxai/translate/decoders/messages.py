@@ -22,9 +22,10 @@ from typing import Any
 import orjson
 
 from ...protocols.aggregate import Aggregate
+from ...protocols.observer import UNREAD
 from ...wire.sse import SSEFrame
 from ..ir import Event, FinishReason, ItemKind, Usage
-from ._base import DecoderBase, as_int, as_str, load_object
+from ._base import DecoderBase, as_int, as_str, object_of
 
 __all__ = ["MessagesDecoder", "messages_usage"]
 
@@ -87,11 +88,11 @@ class MessagesDecoder(DecoderBase):
 
     # -- streams ------------------------------------------------------------------
 
-    def feed(self, frame: SSEFrame) -> list[Event]:
+    def feed(self, frame: SSEFrame, payload: object = UNREAD) -> list[Event]:
         data = frame.data
         if data is None or self._ended or frame.event == "ping":
             return []
-        event = load_object(data)
+        event = object_of(data, payload)
         if event is None:
             return self._not_an_object(frame, data)
         kind = as_str(event.get("type")) or frame.event

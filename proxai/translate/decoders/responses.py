@@ -35,9 +35,10 @@ import attrs
 import orjson
 
 from ...protocols.aggregate import Aggregate
+from ...protocols.observer import UNREAD
 from ...wire.sse import SSEFrame
 from ..ir import CUSTOM_TOOL_PARAMETER, Event, FinishReason, ItemKind, Usage
-from ._base import DecoderBase, as_int, as_str, load_object
+from ._base import DecoderBase, as_int, as_str, object_of
 
 __all__ = ["ResponsesDecoder", "responses_usage"]
 
@@ -119,11 +120,11 @@ class ResponsesDecoder(DecoderBase):
 
     # -- streams ------------------------------------------------------------------
 
-    def feed(self, frame: SSEFrame) -> list[Event]:
+    def feed(self, frame: SSEFrame, payload: object = UNREAD) -> list[Event]:
         data = frame.data
         if data is None or self._ended:
             return []
-        event = load_object(data)
+        event = object_of(data, payload)
         if event is None:
             return self._not_an_object(frame, data)
         kind = as_str(event.get("type")) or frame.event or ""

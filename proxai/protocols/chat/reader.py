@@ -1,0 +1,213 @@
+"""The Chat Completions reader: each ``chat.completion.chunk`` line parsed once.
+
+Each ``data:`` line is a chunk (or ``[DONE]``). The reader reports to its observer
+
+- tool calls per (choice index, ``tool_calls[].index``): the first fragment
+  carries ``id``, ``type`` and ``function.name``, later ones only
+  ``function.arguments``; a new index is a parallel call. A choice's latest call
+  is guarded by ``tool_arguments``; a choice's ``finish_reason`` closes all of its
+  calls (and its text). The legacy ``delta.function_call`` is one more call;
+- the text of each choice, and each call's arguments, aggregated from the deltas;
+- the terminal: the stream is complete only at ``data: [DONE]``; a payload with
+  an ``error`` member (with or without ``event: error``) is terminal too.
+
+A stream proxai ends itself gets ``data: {"error": {...}}`` then
+``data: [DONE]``: the official openai SDK raises ``APIError`` on the first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ...errors import ending_code
+from ...outcome import OutcomeKind
+from ..aggregate import Aggregate
+from ..observer import UNREAD
+from ..tracking import ITEM_BYTES, TrackedItem, TrackingObserver
+
+__all__ = ["ChatReader", "synthesized_error"]
+
+DONE = b"[DONE]"
+#: Finish reasons that mean the answer was cut short.
+_INCOMPLETE_REASONS = frozenset({"length", "content_filter"})
+
+CallKey = tuple[int, int | str]
+
+
+def synthesized_error(message: str, *, code: str = "server_error") -> bytes:
+    """The error chunk and ``[DONE]`` proxai ends a broken Chat Completions stream with."""
+    error = {"message": message, "type": "server_error", "param": None, "code": code}
+    return b"data: " + orjson.dumps({"error": error}) + b"\n\ndata: [DONE]\n\n"
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+class ChatReader:
+    """Reads one Chat Completions stream for its observer; see the module docstring."""
+
+    def __init__(self, tracker: TrackingObserver) -> None:
+        self._tracker = tracker
+        self._open = tracker.open_by_key  # the items open now (the observer's)
+        # Calls by (choice, tool call index): open ones, and closed ones while kept.
+        self.calls: dict[CallKey, TrackedItem] = {}
+        self._open_of_choice: dict[int, dict[CallKey, None]] = {}
+        self._guarded_call: dict[int, CallKey] = {}  # per choice, at most one
+        self.texts: dict[int, Aggregate] = {}
+        self._incomplete: set[int] = set()  # choices whose last finish_reason cut them short
+        self._incomplete_unkept = False  # one that could not be kept did (past max_kept)
+
+    def read(self, event: str | None, data: bytes) -> object:
+        tracker = self._tracker
+        if data[:1] != b"{" and data.strip() == DONE:
+            incomplete = self._incomplete or self._incomplete_unkept
+            tracker.finish(OutcomeKind.INCOMPLETE if incomplete else OutcomeKind.COMPLETED)
+            return UNREAD
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            chunk = None
+        if event == "error" and not (isinstance(chunk, dict) and chunk.get("error")):
+            # Groq and others name their in-band error: terminal whatever the data says.
+            tracker.finish(OutcomeKind.FAILED, data.decode("utf-8", "replace")[:200])
+            return chunk if isinstance(chunk, dict) else None
+        if chunk is None:
+            tracker.note("data is not JSON")
+            return None
+        if not isinstance(chunk, dict):
+            tracker.note("data is not a JSON object")
+            return None
+        error = chunk.get("error")
+        if error:
+            message = error.get("message") if isinstance(error, dict) else None
+            tracker.finish(OutcomeKind.FAILED, str(message or error))
+            return chunk
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            tracker.usage = usage
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            tracker.note("chunk without a choices array")
+            return chunk
+        for position, choice in enumerate(choices):
+            if isinstance(choice, dict):
+                self._choice(choice, position)
+        return chunk
+
+    def _choice(self, choice: dict[str, Any], position: int) -> None:
+        index = choice.get("index")
+        if not isinstance(index, int):
+            index = position
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                self._guard_only(index, None)  # the calls before this text are complete
+                self._text(index, content)
+            tool_calls = delta.get("tool_calls")
+            if isinstance(tool_calls, list):
+                for slot, call in enumerate(tool_calls):
+                    if isinstance(call, dict):
+                        call_index = call.get("index")
+                        key = (index, call_index if isinstance(call_index, int) else slot)
+                        self._call_fragment(key, call, call.get("function"))
+            function_call = delta.get("function_call")
+            if isinstance(function_call, dict):
+                self._call_fragment((index, "function_call"), {}, function_call)
+        finish_reason = choice.get("finish_reason")
+        if isinstance(finish_reason, str):
+            if finish_reason not in _INCOMPLETE_REASONS:
+                self._incomplete.discard(index)
+            elif index in self._incomplete or self._tracker.keep(ITEM_BYTES):
+                self._incomplete.add(index)
+            else:
+                self._incomplete_unkept = True
+            for open_key in self._open_of_choice.pop(index, {}):
+                self._close_call(open_key)
+
+    # Open items by choice, so that a choice's finish_reason closes its own at once.
+
+    def _open_item(self, item: TrackedItem) -> bool:
+        key = item.key
+        assert isinstance(key, tuple)
+        if not self._tracker.open_item(item):
+            return False
+        self._open_of_choice.setdefault(key[0], {})[key] = None
+        return True
+
+    def _close_call(self, key: CallKey) -> None:
+        """Close an open item of a choice (its text, or a call); a call's record goes
+        unless it is kept (within max_kept)."""
+        item = self._tracker.close_item(key)
+        self._open_of_choice.get(key[0], {}).pop(key, None)
+        if item is not None and item.type == "tool_call" and not self._tracker.keep(ITEM_BYTES):
+            self.calls.pop(key, None)
+
+    def _guard_only(self, choice: int, key: CallKey | None) -> None:
+        """Guard call ``key`` and no other open call of ``choice``."""
+        tracker = self._tracker
+        previous = self._guarded_call.pop(choice, None)
+        if previous is not None and previous != key:
+            other = self._open.get(previous)
+            if other is not None:
+                tracker.guard(other, False)
+        if key is None:
+            return
+        item = self._open.get(key)
+        if item is not None:
+            self._guarded_call[choice] = key
+            tracker.guard(item)
+
+    def _text(self, choice: int, content: str) -> None:
+        tracker = self._tracker
+        key = (choice, "text")
+        if key not in self._open:
+            item = TrackedItem(key, "text", f"choice {choice}", False, "text", tracker.now)
+            if not self._open_item(item):
+                return
+        text = self.texts.get(choice)
+        if text is None:
+            if not tracker.keep(ITEM_BYTES):
+                return
+            text = self.texts[choice] = Aggregate()
+        tracker.grow(text, content)
+
+    def _call_fragment(self, key: CallKey, call: dict[str, Any], function: Any) -> None:
+        tracker = self._tracker
+        function = function if isinstance(function, dict) else {}
+        item = self.calls.get(key)
+        call_id = _str(call.get("id"))
+        if item is not None and call_id and item.call_id and call_id != item.call_id:
+            # Some servers reuse an index for the next call; a new id means a new call.
+            self._close_call(key)
+            item = None
+        if item is None:
+            name = _str(function.get("name"))
+            label = (
+                "tool call" + (f" {name}" if name else "") + (f" ({call_id})" if call_id else "")
+            )
+            item = TrackedItem(
+                key, "tool_call", label, True, "arguments", tracker.now, name, call_id
+            )
+            if not self._open_item(item):
+                return
+            self.calls[key] = item
+        elif key not in self._open:
+            tracker.note(f"a fragment for {item.label} after its choice finished")
+            return
+        elif call_id and not item.call_id:
+            item.call_id = call_id
+            item.label += f" ({call_id})"
+        # Chat Completions streams a choice's calls one after another: a fragment of
+        # this call means the others of its choice are complete (still open, though,
+        # for a server that interleaves them).
+        self._guard_only(key[0], key)
+        arguments = function.get("arguments")
+        if isinstance(arguments, str) and arguments:
+            tracker.progress(item, arguments)
+
+    def closing(self, kind: OutcomeKind, message: str) -> bytes:
+        return synthesized_error(message, code=ending_code(kind))

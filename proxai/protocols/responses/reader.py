@@ -1,0 +1,345 @@
+"""The Responses reader: each ``/v1/responses`` stream event parsed once.
+
+It tells its observer what the stream has open:
+
+- every output item from ``response.output_item.added`` to
+  ``response.output_item.done``, keyed by ``output_index`` (compatible servers
+  may rotate item ids; the index is stable). Several may be open at once and
+  each is guarded: a ``function_call``, ``custom_tool_call`` or ``mcp_call``
+  whose arguments get no delta for ``tool_arguments`` seconds has stalled.
+  ``function_call_arguments.done`` is not the end of anything but that
+  argument stream: the item stops being guarded, stays open until its
+  ``output_item.done``, and other items keep their own deadlines;
+- the seed's aggregation: each call's arguments (``+= delta``) and each text
+  part's text, checked against the ``.done`` values and the final output;
+- the terminal event (``response.completed`` / ``incomplete`` / ``failed``,
+  or ``error``, which the real API follows with ``response.failed``).
+
+It keeps the last ``response`` snapshot and the last ``sequence_number``, so a
+synthesized ``response.failed`` looks like the upstream's own.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Hashable
+from typing import Any
+
+import orjson
+
+from ...errors import ending_code
+from ...outcome import OutcomeKind
+from ..aggregate import Aggregate
+from ..observer import UNREAD
+from ..tracking import ITEM_BYTES, TrackedItem, TrackingObserver
+from .events import (
+    NEEDED_TYPES,
+    NOT_JSON,
+    ArgumentsDelta,
+    ArgumentsDone,
+    DeltaFields,
+    ErrorEvent,
+    LifecycleEvent,
+    MalformedEvent,
+    OtherEvent,
+    OutputItem,
+    OutputItemAdded,
+    OutputItemDone,
+    StreamEvent,
+    TextDelta,
+    TextDone,
+    delta_fields_of,
+    event_of,
+)
+
+__all__ = ["GUARDED_ITEM_TYPES", "ResponsesReader", "synthesized_error"]
+
+#: Item types whose argument stream ``tool_arguments`` guards, and the word for it.
+GUARDED_ITEM_TYPES: dict[str, str] = {
+    "function_call": "arguments",
+    "custom_tool_call": "input",
+    "mcp_call": "arguments",
+}
+_TERMINAL_KINDS = {
+    "response.completed": OutcomeKind.COMPLETED,
+    "response.incomplete": OutcomeKind.INCOMPLETE,
+    "response.failed": OutcomeKind.FAILED,
+}
+
+
+def _label(item: OutputItem) -> str:
+    """``function_call get_weather (call_weather_01)``, ``message msg_01``..."""
+    label = item.type
+    if item.name:
+        label += f" {item.name}"
+    if item.server_label:
+        label += f" on {item.server_label}"
+    ident = item.call_id or item.id
+    if ident:
+        label += f" ({ident})" if item.name else f" {ident}"
+    return label
+
+
+def _sse(event_type: str, payload: dict[str, Any]) -> bytes:
+    return b"event: " + event_type.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+
+def synthesized_error(
+    message: str,
+    *,
+    sequence_number: int,
+    snapshot: dict[str, Any] | None,
+    model: str | None,
+    code: str = "server_error",
+) -> bytes:
+    """The ``error`` + ``response.failed`` pair proxai ends a broken stream with.
+
+    The ``error`` event carries the documented flat fields and the nested
+    ``error`` object the real API sends (openai-python raises ``APIError`` only
+    for the latter); ``response.failed`` is the last snapshot marked failed.
+    Its type is ``server_error``; its code names the cause (:func:`~proxai.errors.ending_code`:
+    ``upstream_timeout``, ``upstream_closed``...), never one of the codes Codex treats as
+    final (``context_length_exceeded``, ``insufficient_quota``...), so every client retries.
+    """
+    error = {"type": "server_error", "code": code, "message": message, "param": None}
+    error_event = {
+        "type": "error",
+        "sequence_number": sequence_number,
+        "code": code,
+        "message": message,
+        "param": None,
+        "error": error,
+    }
+    response: dict[str, Any] = dict(snapshot) if snapshot else {}
+    response.setdefault("id", "resp_proxai_" + uuid.uuid4().hex)
+    response.setdefault("object", "response")
+    response.setdefault("model", model)
+    response.setdefault("output", [])
+    response["status"] = "failed"
+    response["error"] = {"code": code, "message": message}
+    response["incomplete_details"] = None
+    failed = {
+        "type": "response.failed",
+        "sequence_number": sequence_number + 1,
+        "response": response,
+    }
+    return _sse("error", error_event) + _sse("response.failed", failed)
+
+
+#: What a text part no delta came for spelled.
+_NO_DELTAS = Aggregate()
+
+
+class ResponsesReader:
+    """Reads one Responses stream for its observer; see the module docstring."""
+
+    def __init__(self, tracker: TrackingObserver, model: str | None = None) -> None:
+        """``model``, the one the client asked for, names it in a synthesized failure
+        when the upstream sent no snapshot of its own."""
+        self._tracker = tracker
+        self._open = tracker.open_by_key  # the items open now (the observer's)
+        self._model = model
+        # Every item opened (within max_kept), by output_index (or by id where a server
+        # sends no index), for the final output's check; and the open ones' ids.
+        self.items: dict[Hashable, TrackedItem] = {}
+        self._index_of_id: dict[str, Hashable] = {}
+        self.texts: dict[tuple[Hashable, int], Aggregate] = {}
+        self._snapshot: dict[str, Any] | None = None
+        self._last_sequence: int | None = None
+        self._since_sequence = 0  # events after the last one that carried a sequence_number
+
+    def read(self, event_type: str | None, data: bytes) -> object:
+        # needs_parsing() and load(), inline: this runs once per event.
+        if event_type and event_type != "message" and event_type not in NEEDED_TYPES:
+            self._since_sequence += 1  # counted, never parsed
+            return UNREAD
+        try:
+            value = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            value = NOT_JSON
+        payload = value if isinstance(value, dict) else None
+        delta = delta_fields_of(event_type, value)
+        if delta is not None:
+            self._apply_delta(delta)
+        else:
+            self._apply(event_of(event_type, value))
+        return payload
+
+    def _apply(self, event: StreamEvent) -> None:
+        tracker = self._tracker
+        match event:
+            # Deltas that delta_fields leaves to parse_event (no event: line, say).
+            case ArgumentsDelta():
+                fields = (event.type, event.sequence_number, event.output_index, event.item_id)
+                self._apply_delta((*fields, 0, event.delta))
+                return
+            case TextDelta():
+                fields = (event.type, event.sequence_number, event.output_index, event.item_id)
+                self._apply_delta((*fields, event.content_index, event.delta))
+                return
+        self._note_sequence(getattr(event, "sequence_number", None))
+        match event:
+            case OtherEvent():
+                pass
+            case OutputItemAdded():
+                self._add(event.output_index, event.item)
+            case OutputItemDone():
+                self._done(event.output_index, event.item)
+            case ArgumentsDone():
+                item = self._item_for(event.output_index, event.item_id, event.type)
+                if item is not None:
+                    # The arguments are complete: what follows (a hosted MCP tool
+                    # running, say) may take long, and only idle bounds it.
+                    tracker.guard(item, False)
+                    item.streams = "output"
+                    tracker.compare(f"{item.label}: {event.type}", item.text, event.value)
+            case TextDone():
+                index = self._index_for(event.output_index, event.item_id)
+                text = self.texts.get((index, event.content_index), _NO_DELTAS)
+                if index is not None and (tracker.keeping or text is not _NO_DELTAS):
+                    tracker.compare(
+                        f"text at output_index {index}, content_index {event.content_index}",
+                        text,
+                        event.text,
+                    )
+            case LifecycleEvent():
+                self._snapshot = event.response
+                kind = _TERMINAL_KINDS.get(event.type)
+                if kind is not None:
+                    tracker.finish(kind)
+                    usage = event.response.get("usage")
+                    tracker.usage = usage if isinstance(usage, dict) else None
+                    self._check_final_output(event.response.get("output"))
+            case ErrorEvent():
+                tracker.finish(OutcomeKind.FAILED, event.text)
+            case MalformedEvent():
+                tracker.note(f"{event.type or 'untyped'} event: {event.reason}")
+
+    def _apply_delta(self, fields: DeltaFields) -> None:
+        """An argument or text delta, from its fields (read by :func:`delta_fields_of`, or
+        taken from the event :func:`event_of` built)."""
+        event_type, seq, output_index, item_id, content_index, delta = fields
+        self._note_sequence(seq)
+        if event_type == "response.output_text.delta":
+            index = self._index_for(output_index, item_id)
+            if index is not None:
+                text = self.texts.get((index, content_index))
+                if text is None:
+                    if not self._tracker.keep(ITEM_BYTES):
+                        return
+                    text = self.texts[(index, content_index)] = Aggregate()
+                self._tracker.grow(text, delta)
+            return
+        item = self._item_for(output_index, item_id, event_type)
+        if item is not None:
+            self._tracker.progress(item, delta)
+
+    def _note_sequence(self, seq: int | None) -> None:
+        if seq is not None:
+            self._last_sequence = seq
+            self._since_sequence = 0
+        else:
+            self._since_sequence += 1
+
+    def _index_for(self, output_index: int | None, item_id: str | None) -> Hashable | None:
+        if output_index is not None:
+            return output_index
+        if item_id is not None:
+            return self._index_of_id.get(item_id)
+        return None
+
+    def _item_for(
+        self, output_index: int | None, item_id: str | None, what: str
+    ) -> TrackedItem | None:
+        index = self._index_for(output_index, item_id)
+        item = self._open.get(index) if index is not None else None
+        if item is None:
+            self._tracker.note(f"{what} for an item that is not open (output_index {index})")
+        return item
+
+    def _add(self, output_index: int | None, item: OutputItem) -> None:
+        tracker = self._tracker
+        index: Hashable = output_index
+        if index is None:
+            if not item.id:
+                tracker.note(f"output_item.added ({item.type}) with no index and no id")
+                return
+            index = ("id", item.id)
+        streams = GUARDED_ITEM_TYPES.get(item.type, "text" if item.type == "message" else "output")
+        tracked = TrackedItem(
+            key=index,
+            type=item.type,
+            label=_label(item),
+            guarded=item.type in GUARDED_ITEM_TYPES,
+            streams=streams,
+            last_progress=tracker.now,
+            name=item.name,
+            call_id=item.call_id,
+        )
+        initial = item.input if item.type == "custom_tool_call" else item.arguments
+        if tracked.guarded and initial:
+            tracker.grow(tracked.text, initial)
+        if not tracker.open_item(tracked):
+            return
+        if tracker.keep(ITEM_BYTES):
+            self.items[index] = tracked
+        if item.id:
+            self._index_of_id[item.id] = index
+
+    def _done(self, output_index: int | None, item: OutputItem) -> None:
+        index = self._index_for(output_index, item.id)
+        tracker = self._tracker
+        tracked = tracker.close_item(index) if index is not None else None
+        if tracked is None:
+            tracker.note(f"output_item.done for output_index {index}, which is not open")
+            return
+        if item.id and self.items.get(index) is not tracked:
+            self._index_of_id.pop(item.id, None)  # not kept for the final check: forgotten
+        if tracked.guarded:
+            final = item.input if item.type == "custom_tool_call" else item.arguments
+            if final is not None:
+                tracker.compare(f"{tracked.label}: output_item.done", tracked.text, final)
+
+    def _check_final_output(self, output: Any) -> None:
+        if not isinstance(output, list):
+            return
+        for position, entry in enumerate(output):
+            if not isinstance(entry, dict) or not isinstance(entry.get("type"), str):
+                continue
+            entry_id = entry.get("id")
+            index = (
+                self._index_of_id.get(entry_id, position) if isinstance(entry_id, str) else position
+            )
+            kind = entry["type"]
+            item = self.items.get(index)
+            if kind in GUARDED_ITEM_TYPES and item is not None and item.type == kind:
+                final = entry.get("input" if kind == "custom_tool_call" else "arguments")
+                if isinstance(final, str):
+                    self._tracker.compare(f"{item.label}: final output", item.text, final)
+            elif kind == "message" and isinstance(entry.get("content"), list):
+                for content_index, part in enumerate(entry["content"]):
+                    text = self.texts.get((index, content_index))
+                    if (
+                        text is not None
+                        and isinstance(part, dict)
+                        and isinstance(part.get("text"), str)
+                    ):
+                        self._tracker.compare(
+                            f"text at output_index {index}, content_index {content_index}: "
+                            "final output",
+                            text,
+                            part["text"],
+                        )
+
+    def closing(self, kind: OutcomeKind, message: str) -> bytes:
+        if self._last_sequence is not None:
+            sequence = self._last_sequence + self._since_sequence + 1
+        else:
+            sequence = self._tracker.events
+        return synthesized_error(
+            message,
+            sequence_number=sequence,
+            snapshot=self._snapshot,
+            model=self._model,
+            code=ending_code(kind),
+        )
