@@ -217,3 +217,28 @@ async def test_a_translated_upstreams_in_band_error_is_the_clients_and_recorded_
     assert events[-1]["type"] == "response.failed"
     assert events[-1]["response"]["error"]["message"] == "the model is overloaded"
     assert outcome.kind is OutcomeKind.FAILED and outcome.translation == "responses→chat"
+
+
+async def test_a_stalled_translated_client_gets_the_closing_of_its_own_api(
+    autojump_clock: MockClock,
+) -> None:
+    # A Responses client over a Chat upstream stops reading: what it gets when it reads
+    # again ends with Responses' error events, never Chat's ``data: {"error"}``/[DONE].
+    chunk = {"id": "c1", "object": "chat.completion.chunk", "model": "m"}
+    first = {**chunk, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi"}}]}
+    more = {**chunk, "choices": [{"index": 0, "delta": {"content": " there"}}]}
+    lines = [b"data: " + orjson.dumps(line) + b"\n\n" for line in [first, *[more] * 14]]
+    script = Script.sse(lines, delay=1.0, then=[Stall()])
+    downstream = FakeDownstream(stop_reading_after=1)
+    relay = Relay(exchange(script, translated_from=WireApi.CHAT), downstream)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(relay.run)
+        await trio.sleep(60.0)  # past client_write
+        assert relay.outcome.kind is OutcomeKind.CLIENT_STALLED
+        downstream.reading.set()
+    frames = data_frames(downstream.body)
+    assert all(f.data != b"[DONE]" for f in frames)
+    events = [json.loads(f.data or b"") for f in frames]
+    assert all("type" in event for event in events), "a Chat frame reached a Responses client"
+    assert events[-2]["type"] == "error" and events[-1]["type"] == "response.failed"
+    assert downstream.ended

@@ -286,7 +286,7 @@ class Relay:
             head = self._forwarding.start(head)
             self._observer.on_start(head.at)
             await client.send(head)
-            after_stall: bytes | None = None
+            held: bytes | None = None  # what the writer holds for a client that stopped reading
             try:
                 verdict, forwarded = await self._relay_body(upstream, client)
             except _WriterBlocked as blocked:
@@ -300,7 +300,7 @@ class Relay:
                 else:
                     verdict = self._observer.on_total_timeout(self._clock.now())
                 forwarded = True
-                after_stall = blocked.pending + verdict.closing
+                held = blocked.pending
             forwarding = self._forwarding
             verdict, whole = forwarding.ending(verdict)
             end = ending.decide(
@@ -312,6 +312,8 @@ class Relay:
                 whole=whole,
                 failed_in_band=forwarding.failed_in_band,
             )
+            # The closing as decided, in the client's API (a translator's, not the upstream's).
+            after_stall = None if held is None else held + end.closing
             self._observer.fill(self.outcome)
             self.outcome.kind = end.kind
             self.outcome.detail = end.detail
