@@ -17,8 +17,7 @@ import pytest
 
 from proxai.testing import stream_checks as checks
 from proxai.testing.stream_checks import StreamViolation
-
-from .fixtures import CHAT_TRANSCRIPTS, Transcript, transcript_params
+from tests.fixtures import CHAT_TRANSCRIPTS, Transcript, transcript_params
 
 
 def sse(*events: dict[str, Any], named: bool = True) -> bytes:

@@ -101,7 +101,7 @@ async def test_without_an_anthropic_upstream_other_messages_paths_are_an_anthrop
     autojump_clock: MockClock,
 ) -> None:
     # POST /v1/messages itself is translated for an OpenAI-compatible upstream
-    # (tests/test_translation.py); the rest of Anthropic's API has no translation.
+    # (tests/translate/test_end_to_end.py); the rest of Anthropic's API has no translation.
     async with MemoryProxy([sse(WHOLE)]) as proxy:
         exchange = await proxy.request(b"", path=MESSAGES + "/batches", method="GET")
     assert exchange.status == 404
