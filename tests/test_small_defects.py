@@ -127,8 +127,10 @@ async def test_a_usage_object_nested_a_thousand_deep_is_cut_and_noted_not_fatal(
         response = await client.post(px.base_url + "/responses", json=TURN1_REQUEST)
         with trio.fail_after(5):
             (outcome,) = await px.wait_for_outcomes(1)
+            (folder,) = await px.wait_for_captures(1)  # written by a thread after the outcome
         text = (await client.get(px.url + "/metrics")).text
-    # Leaving proxai_for waited for the request's task, which saves its capture shielded.
+        kept = json.loads((folder / "outcome.json").read_text())["usage"]
+        assert list(captures.glob("*/outcome.json")) == [folder / "outcome.json"]
     assert response.content == stream  # relayed untouched
     assert outcome.kind == "completed"
     assert any("usage nested deeper than" in a for a in outcome.anomalies)
@@ -136,8 +138,6 @@ async def test_a_usage_object_nested_a_thousand_deep_is_cut_and_noted_not_fatal(
     assert "usage=output_tokens=5 " in record.getMessage()
     assert metric(text, "proxai_usage_tokens_total", kind="output_tokens") == 5
     assert metric(text, "proxai_requests_total", outcome="completed") == 1
-    (saved,) = captures.glob("*/outcome.json")
-    kept = json.loads(saved.read_text())["usage"]
     assert kept["output_tokens"] == 5 and "x" in kept["nested"]
 
 
@@ -219,10 +219,11 @@ async def test_captures_redact_every_credential_looking_header_and_query_paramet
     ):
         await client.get(px.base_url + "/models?" + query, headers={**secrets, "x-trace": "t-1"})
         with trio.fail_after(5):
-            await px.wait_for_outcomes(1)
-    # Leaving proxai_for waited for the request's task, which saves its capture shielded.
-    (folder,) = captures.iterdir()
-    request = (folder / "request.http").read_bytes()
+            (folder,) = await px.wait_for_captures(1)  # written by a thread after the request
+        assert list(captures.iterdir()) == [folder]
+        request = (folder / "request.http").read_bytes()
+        upstream_head = (folder / "upstream.bin").read_bytes()
+        everything = b"".join(p.read_bytes() for p in folder.iterdir())
     assert request.startswith(
         b"GET /v1/models?limit=2&key=[redacted]&api_key=[redacted]"
         b"&access_token=[redacted]&Sig=[redacted] HTTP/1.1\r\n"
@@ -230,10 +231,8 @@ async def test_captures_redact_every_credential_looking_header_and_query_paramet
     for name in secrets:
         assert name.encode() + b": [redacted]\r\n" in request
     assert b"x-trace: t-1\r\n" in request
-    upstream_head = (folder / "upstream.bin").read_bytes()
     assert b"x-upstream-token: [redacted]\r\n" in upstream_head
     assert b"x-ratelimit-remaining-tokens: 999\r\n" in upstream_head  # a count, not a key
-    everything = b"".join(p.read_bytes() for p in folder.iterdir())
     for secret in [*secrets.values(), "q-key-secret", "q-apikey-secret", "q-at-secret", "tok-up"]:
         assert secret.encode() not in everything, secret
 

@@ -19,6 +19,10 @@ outcome.json). Bytes are buffered in memory (so bounded by ``max_bytes``) and
 written by a worker thread when the request ends; then only the newest
 ``keep`` folders are kept. Folders are created ``0700`` and files ``0600``: they
 hold prompts and answers.
+
+``on_saved`` is called with the outcome and the folder once a capture's files are
+written (in the trio thread, so it may set a :class:`trio.Event`): what a test
+waits on before it reads a capture, instead of a guess at how long the thread takes.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +43,15 @@ from ..outcome import Outcome
 from ..wire.query import looks_like_credential, redact_query
 from .masking import SecretMask
 
-__all__ = ["REDACTED", "Capture", "Captures"]
+__all__ = ["REDACTED", "Capture", "CaptureHook", "Captures"]
 
 REDACTED = b"[redacted]"
 #: The folders proxai writes; pruning never touches anything else in ``dir``.
 FOLDER = re.compile(r"\d{8}T\d{6}\.\d{6}-req_[0-9a-f]{24}")
+
+#: ``on_saved(outcome, folder)``: a request's capture is written (the folder may be
+#: pruned already when other workers share ``dir``).
+CaptureHook = Callable[[Outcome, Path], None]
 
 
 class _Capped:
@@ -101,8 +109,15 @@ class Capture:
 class Captures:
     """The capture folder: one :class:`Capture` per request, the newest ``keep`` kept."""
 
-    def __init__(self, config: CaptureConfig, mask: SecretMask | None = None) -> None:
+    def __init__(
+        self,
+        config: CaptureConfig,
+        mask: SecretMask | None = None,
+        *,
+        on_saved: CaptureHook | None = None,
+    ) -> None:
         self._mask = mask or SecretMask()
+        self._on_saved = on_saved
         self._dir = Path(config.dir)
         self._limit = config.max_bytes
         self._keep = config.keep
@@ -114,9 +129,15 @@ class Captures:
     async def save(self, capture: Capture, outcome: Outcome) -> None:
         async with self._writing:
             # Abandoned if the caller gives up (a slow disk): the thread finishes alone.
-            await trio.to_thread.run_sync(self._write, capture, outcome, abandon_on_cancel=True)
+            folder = await trio.to_thread.run_sync(
+                self._write, capture, outcome, abandon_on_cancel=True
+            )
+            # Under the lock: hooks are called in the order the folders were written.
+            if self._on_saved is not None:
+                self._on_saved(outcome, folder)
 
-    def _write(self, capture: Capture, outcome: Outcome) -> None:
+    def _write(self, capture: Capture, outcome: Outcome) -> Path:
+        """Write one capture's folder (returned) and prune the old ones."""
         now = time.time()  # to the microsecond: names sort in the order requests ended
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}"
         folder = self._dir / f"{stamp}-{outcome.request_id}"
@@ -138,8 +159,9 @@ class Captures:
             text = orjson.dumps(_masked(record, mask), option=orjson.OPT_INDENT_2)
             _write_private(folder / "outcome.json", mask.mask_bytes(text))
         except FileNotFoundError:
-            return  # another worker pruned it already: it was not among the newest
+            return folder  # another worker pruned it already: it was not among the newest
         self._prune()
+        return folder
 
     def _prune(self) -> None:
         """Keep the newest ``keep`` capture folders (by name: it starts with the UTC

@@ -22,7 +22,7 @@ import trio
 
 from ..config import Config
 from ..errors import ProxyError
-from ..ops.capture import Capture, Captures
+from ..ops.capture import Capture, CaptureHook, Captures
 from ..ops.masking import SecretMask
 from ..ops.metrics import Metrics
 from ..ops.request_log import RequestLog
@@ -51,13 +51,15 @@ UpstreamFactory = Callable[..., UpstreamClient]
 
 
 class ProxaiApp:
-    """ASGI 3 application; ``on_outcome`` is called with every request's outcome."""
+    """ASGI 3 application; ``on_outcome`` is called with every request's outcome, and
+    ``on_capture_saved`` after each request's capture is written (``[capture] enabled``)."""
 
     def __init__(
         self,
         config: Config,
         *,
         on_outcome: OutcomeHook | None = None,
+        on_capture_saved: CaptureHook | None = None,
         upstream_factory: UpstreamFactory = UpstreamClient,
     ) -> None:
         self.config = config
@@ -87,7 +89,11 @@ class ProxaiApp:
             if metrics.enabled
             else None
         )
-        self._captures = Captures(config.capture, mask) if config.capture.enabled else None
+        self._captures = (
+            Captures(config.capture, mask, on_saved=on_capture_saved)
+            if config.capture.enabled
+            else None
+        )
         self._live_view = LiveView(
             config.live_view,
             self._keys,

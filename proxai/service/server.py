@@ -24,6 +24,7 @@ from hypercorn.trio.run import worker_serve
 from hypercorn.utils import wrap_app
 
 from ..config import Config
+from ..ops.capture import CaptureHook
 from .app import OutcomeHook, ProxaiApp
 from .gate import shutdown_budget
 
@@ -124,6 +125,7 @@ async def serve(
     config: Config,
     *,
     on_outcome: OutcomeHook | None = None,
+    on_capture_saved: CaptureHook | None = None,
     shutdown_trigger: ShutdownTrigger | None = None,
     handle_signals: bool = False,
     sockets: Sockets | None = None,
@@ -136,10 +138,10 @@ async def serve(
     e.g. ``["http://127.0.0.1:41234"]``, so ``await nursery.start(serve, config)``
     works with ``port = 0``. ``sockets`` are listening sockets shared by worker
     processes (see :mod:`proxai.service.workers`); without them, :func:`bind_sockets`
-    makes them.
+    makes them. ``on_outcome`` and ``on_capture_saved`` are :class:`ProxaiApp`'s hooks.
     """
     hc = hypercorn_config(config)
-    app = ProxaiApp(config, on_outcome=on_outcome)
+    app = ProxaiApp(config, on_outcome=on_outcome, on_capture_saved=on_capture_saved)
     triggered = trio.Event()
 
     async def on_signals(signals: AsyncIterator[int]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -25,6 +26,8 @@ class RunningProxai:
     url: str  # e.g. http://127.0.0.1:40123
     config: Config
     outcomes: list[Outcome] = attrs.field(factory=list)
+    #: The folder of each capture written, in the order they were (``[capture] enabled``).
+    captures: list[Path] = attrs.field(factory=list)
     _changed: trio.Event = attrs.field(factory=trio.Event, repr=False)
 
     @property
@@ -34,6 +37,13 @@ class RunningProxai:
 
     def _record(self, outcome: Outcome) -> None:
         self.outcomes.append(outcome)
+        self._wake()
+
+    def _saved(self, outcome: Outcome, folder: Path) -> None:
+        self.captures.append(folder)
+        self._wake()
+
+    def _wake(self) -> None:
         self._changed.set()
         self._changed = trio.Event()
 
@@ -42,6 +52,13 @@ class RunningProxai:
         while len(self.outcomes) < count:
             await self._changed.wait()
         return self.outcomes[:count]
+
+    async def wait_for_captures(self, count: int) -> list[Path]:
+        """Wait until ``count`` captures are written (a request's outcome is reported
+        before its capture is): then their files can be read."""
+        while len(self.captures) < count:
+            await self._changed.wait()
+        return self.captures[:count]
 
 
 @asynccontextmanager
@@ -61,7 +78,9 @@ async def open_proxai(
     config = load_config(None, overrides=overrides)
     async with trio.open_nursery() as nursery:
         running = RunningProxai("", config)
-        binds = await nursery.start(partial(serve, config, on_outcome=running._record))
+        binds = await nursery.start(
+            partial(serve, config, on_outcome=running._record, on_capture_saved=running._saved)
+        )
         running.url = binds[0]
         yield running
         nursery.cancel_scope.cancel()

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import attrs
 
+from proxai.errors import ErrorShape
 from proxai.outcome import OutcomeKind
+from proxai.protocols.table import WireApi
 from tests.faults.kits import KITS, STAGES
 
 MATRIX_TIMEOUTS = {
@@ -27,7 +29,7 @@ PRE_STREAM = ("before_headers", "before_first_event")
 
 @attrs.frozen
 class Case:
-    protocol: str
+    wire: WireApi
     stage: str
     fault: str
     ends_at: float  # seconds after the request, when the client's response is over
@@ -37,6 +39,11 @@ class Case:
     #: error: one code per cause, whichever way the client is told.
     error: str
     message: str  # a fragment of the error's message
+
+    @property
+    def protocol(self) -> str:
+        """The API's label in the matrix (its kit's name)."""
+        return KITS[self.wire].name
 
     @property
     def id(self) -> str:
@@ -66,15 +73,15 @@ _ENDS = {
 }
 
 
-def _case(protocol: str, stage: str, fault: str) -> Case:
-    anthropic = KITS[protocol].anthropic
+def _case(wire: WireApi, stage: str, fault: str) -> Case:
+    anthropic = KITS[wire].error_shape is ErrorShape.ANTHROPIC
     if fault == "silence":
         ends_at, outcome, message = _silence(stage)
         if stage in PRE_STREAM:
             status, error = 504, "timeout_error" if anthropic else "upstream_timeout"
         else:
             status, error = 200, "overloaded_error" if anthropic else "upstream_timeout"
-        return Case(protocol, stage, fault, ends_at, outcome, status, error, message)
+        return Case(wire, stage, fault, ends_at, outcome, status, error, message)
     outcome, code, message = _ENDS[fault]
     if stage == "before_headers":
         message = "before answering"
@@ -84,13 +91,13 @@ def _case(protocol: str, stage: str, fault: str) -> Case:
         message = "broke before the response completed"
     status = 502 if stage in PRE_STREAM else 200
     return Case(
-        protocol, stage, fault, 0.0, outcome, status, "api_error" if anthropic else code, message
+        wire, stage, fault, 0.0, outcome, status, "api_error" if anthropic else code, message
     )
 
 
 CASES = [
-    _case(protocol, stage, fault)
-    for protocol in KITS
+    _case(wire, stage, fault)
+    for wire in KITS
     for stage in STAGES
     for fault in FAULTS
     if not (stage == "before_headers" and fault == "oversized_event")

@@ -1,8 +1,12 @@
-"""One kit per protocol: the bytes an upstream has sent at each stage of a stream,
-and how a client of that protocol recognises proxai's error.
+"""One kit per API of :data:`proxai.protocols.table.APIS`: the bytes an upstream has
+sent at each stage of a stream, and how a client of that API recognises proxai's error.
 
 The fault matrix plays each stage followed by each fault; the expectations live in
 :mod:`tests.faults.cases` so the same table drives the tests and docs/reliability.md.
+The kits are keyed by the table's :class:`WireApi` and each takes its path, its error
+shape and its upstream's kind from the table's row; ``tests/faults/test_matrix.py``
+fails while an API of the table has no kit. A kit's ``name`` is the label the matrix
+shows in docs/reliability.md (``anthropic`` for the Messages API).
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from typing import Any
 
 import attrs
 
+from proxai.errors import ErrorShape
+from proxai.protocols.table import API_BY_WIRE, APIS, DEFAULT_KIND, Api, WireApi
 from proxai.testing import chat_chunk, sse_event
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST
 from proxai.testing.streams import data_frames
@@ -30,17 +36,39 @@ STAGES = (
 
 @attrs.frozen
 class Kit:
-    """What one protocol's streams look like, stage by stage."""
+    """What one API's streams look like, stage by stage."""
 
+    wire: WireApi
+    #: The matrix's label for it (docs/reliability.md's protocol column).
     name: str
-    path: str
     request: dict[str, Any]
     #: Bytes sent before the fault, for the stages after the headers.
     prefixes: dict[str, bytes]
     #: The in-stream error proxai appended, as ``(kind, message)``, read from the body.
     read_error: Callable[[bytes], tuple[str, str]]
-    anthropic: bool = False
-    upstreams: dict[str, dict[str, Any]] | None = None
+
+    @property
+    def api(self) -> Api:
+        return API_BY_WIRE[self.wire]
+
+    @property
+    def path(self) -> str:
+        """Where its requests go: the table's path (its fields from the request)."""
+        return self.api.path.format(model=str(self.request["model"]))
+
+    @property
+    def error_shape(self) -> ErrorShape:
+        """The error JSON its clients parse (what names the error: a code or a type)."""
+        return self.api.sdk.error_shape
+
+    @property
+    def upstreams(self) -> dict[str, dict[str, Any]] | None:
+        """An upstream of the kind that speaks it, when that is not the default upstream's."""
+        if self.api.upstream is DEFAULT_KIND:
+            return None
+        name = self.api.upstream.value
+        base_url = f"http://{name.replace('_', '-')}.test/v1"
+        return {name: {"protocol": name, "base_url": base_url, "api_key": "sk-kit"}}
 
 
 # --- Responses --------------------------------------------------------------------------------
@@ -103,8 +131,8 @@ _MESSAGE = [
 ]
 
 RESPONSES = Kit(
+    WireApi.RESPONSES,
     name="responses",
-    path="/v1/responses",
     request=TURN1_REQUEST,
     prefixes={
         "mid_text": _responses_bytes([_CREATED, *_MESSAGE]),
@@ -150,8 +178,8 @@ def _chat_error(body: bytes) -> tuple[str, str]:
 _ROLE = _chat({"role": "assistant", "content": None})
 
 CHAT = Kit(
+    WireApi.CHAT,
     name="chat",
-    path="/v1/chat/completions",
     request={"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]},
     prefixes={
         "mid_text": _ROLE + _chat({"content": "今天"}),
@@ -163,7 +191,7 @@ CHAT = Kit(
 )
 
 
-# --- Anthropic Messages -----------------------------------------------------------------------
+# --- Messages (Anthropic's) -------------------------------------------------------------------
 
 
 def _ant(kind: str, **fields: Any) -> bytes:
@@ -207,9 +235,9 @@ _START = _ant(
     },
 )
 
-ANTHROPIC = Kit(
+MESSAGES = Kit(
+    WireApi.MESSAGES,
     name="anthropic",
-    path="/v1/messages",
     request={
         "model": "m",
         "max_tokens": 10,
@@ -232,14 +260,11 @@ ANTHROPIC = Kit(
         + _ant("message_delta", delta={"stop_reason": "tool_use"}, usage={"output_tokens": 3}),
     },
     read_error=_anthropic_error,
-    anthropic=True,
-    upstreams={
-        "claude": {
-            "protocol": "anthropic_messages",
-            "base_url": "http://claude.test/v1",
-            "api_key": "sk-ant",
-        }
-    },
 )
 
-KITS = {kit.name: kit for kit in (RESPONSES, CHAT, ANTHROPIC)}
+_KITS = {kit.wire: kit for kit in (RESPONSES, CHAT, MESSAGES)}
+#: The kits of the table's APIs, in its order (an API without one is left out here, and
+#: ``test_every_api_of_the_table_has_a_kit`` fails).
+KITS = {api.wire: _KITS[api.wire] for api in APIS if api.wire in _KITS}
+#: Kits of no API in the table (the same test fails on any).
+STRAY_KITS = sorted(set(_KITS) - set(KITS))

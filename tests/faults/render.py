@@ -16,6 +16,8 @@ from tests.faults.cases import (
 from tests.faults.kits import KITS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
+#: The APIs' labels, in the table's order.
+LABELS = ", ".join(kit.name for kit in KITS.values())
 
 
 def render() -> str:
@@ -76,16 +78,16 @@ def render() -> str:
         "| case | protocols | what happens | outcome |",
         "|---|---|---|---|",
         f"| disconnect at {DISCONNECT_AT:g} s, at each of {', '.join(CLIENT_STAGES)} "
-        f"| {', '.join(KITS)} | the upstream connection closes at {DISCONNECT_AT:g} s exactly; "
+        f"| {LABELS} | the upstream connection closes at {DISCONNECT_AT:g} s exactly; "
         "every task ends | `client_disconnected` |",
         "| stops reading (stays connected) while the upstream streams on "
-        f"| {', '.join(KITS)} | no false stall; the upstream connection is released at "
+        f"| {LABELS} | no false stall; the upstream connection is released at "
         f"`client_write` ({t['client_write']:g} s); proxai reads only what its channels hold "
         "| `client_stalled` |",
         "| stops reading, then reads again | "
-        f"{', '.join(KITS)} | what was queued, then the protocol's error (\"the client read "
+        f"{LABELS} | what was queued, then the protocol's error (\"the client read "
         'nothing for ...") | `client_stalled` |',
-        f"| sends half its body, then nothing | {', '.join(KITS)} | `408` at `request_body` "
+        f"| sends half its body, then nothing | {LABELS} | `408` at `request_body` "
         f"({t['request_body']:g} s); nothing reaches the upstream | `request_body_timeout` |",
         "",
         "## Input that is not what it should be",

@@ -15,7 +15,9 @@ import pytest
 import trio
 from trio.testing import MockClock
 
+from proxai.errors import ErrorShape
 from proxai.outcome import OutcomeKind
+from proxai.protocols.table import APIS, WireApi
 from proxai.testing import Close, Reset, Script, Send, Sleep, Stall, sse_event
 from proxai.testing.memory_proxy import MemoryExchange, MemoryProxy
 from proxai.testing.soak import live_tasks
@@ -28,10 +30,21 @@ from tests.faults.cases import (
     PRE_STREAM,
     Case,
 )
-from tests.faults.kits import KITS, SSE_HEADERS
+from tests.faults.kits import KITS, SSE_HEADERS, STRAY_KITS
+
+#: Each test of the client's side runs for every kit, named by its label.
+each_api = pytest.mark.parametrize("protocol", list(KITS), ids=[k.name for k in KITS.values()])
 
 
-def proxy_for(protocol: str, scripts: list[Script], **timeouts: float) -> MemoryProxy:
+def test_every_api_of_the_table_has_a_kit() -> None:
+    """A row added to ``proxai.protocols.table.APIS`` is not in the matrix until it has a
+    kit in tests/faults/kits.py; a kit of no row is a leftover."""
+    missing = [api.wire.value for api in APIS if api.wire not in KITS]
+    assert missing == [], f"no fault-matrix kit for {missing}: add one to tests/faults/kits.py"
+    assert STRAY_KITS == []
+
+
+def proxy_for(protocol: WireApi, scripts: list[Script], **timeouts: float) -> MemoryProxy:
     kit = KITS[protocol]
     return MemoryProxy(
         scripts,
@@ -42,7 +55,7 @@ def proxy_for(protocol: str, scripts: list[Script], **timeouts: float) -> Memory
 
 
 def fault_script(case: Case) -> Script:
-    kit = KITS[case.protocol]
+    kit = KITS[case.wire]
     if case.stage == "before_headers":
         ending = {"silence": Stall(), "eof": Close(), "reset": Reset()}[case.fault]
         return Script(before_head=[ending])
@@ -56,12 +69,12 @@ def fault_script(case: Case) -> Script:
     return Script(headers=SSE_HEADERS, steps=steps)
 
 
-def client_error(kit_name: str, exchange: MemoryExchange) -> tuple[str, str]:
+def client_error(wire: WireApi, exchange: MemoryExchange) -> tuple[str, str]:
     """The error the client got: (type or code, message), HTTP or in-stream."""
-    kit = KITS[kit_name]
+    kit = KITS[wire]
     if exchange.status != 200:
         body = exchange.json()
-        if kit.anthropic:
+        if kit.error_shape is ErrorShape.ANTHROPIC:
             assert body["type"] == "error"
             return body["error"]["type"], body["error"]["message"]
         assert set(body["error"]) == {"message", "type", "param", "code"}
@@ -71,9 +84,9 @@ def client_error(kit_name: str, exchange: MemoryExchange) -> tuple[str, str]:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 async def test_fault(autojump_clock: MockClock, case: Case) -> None:
-    kit = KITS[case.protocol]
+    kit = KITS[case.wire]
     script = fault_script(case)
-    async with proxy_for(case.protocol, [script]) as proxy:
+    async with proxy_for(case.wire, [script]) as proxy:
         tasks_before = live_tasks()
         exchange = await proxy.request(kit.request, path=kit.path)
         with trio.fail_after(1):
@@ -82,7 +95,7 @@ async def test_fault(autojump_clock: MockClock, case: Case) -> None:
     assert exchange.elapsed == case.ends_at
     assert closed_at <= exchange.ended_at if exchange.ended_at else True
     assert exchange.status == case.status
-    error, message = client_error(case.protocol, exchange)
+    error, message = client_error(case.wire, exchange)
     assert error == case.error
     assert case.message in message
     if case.stage not in PRE_STREAM:
@@ -97,8 +110,8 @@ async def test_fault(autojump_clock: MockClock, case: Case) -> None:
 
 
 @pytest.mark.parametrize("stage", CLIENT_STAGES)
-@pytest.mark.parametrize("protocol", list(KITS))
-async def test_client_disconnect(autojump_clock: MockClock, protocol: str, stage: str) -> None:
+@each_api
+async def test_client_disconnect(autojump_clock: MockClock, protocol: WireApi, stage: str) -> None:
     kit = KITS[protocol]
     if stage == "before_headers":
         script = Script(before_head=[Stall()])
@@ -118,13 +131,13 @@ async def test_client_disconnect(autojump_clock: MockClock, protocol: str, stage
 ENDLESS_STEPS = 100_000
 
 
-def endless(protocol: str) -> Script:
+def endless(protocol: WireApi) -> Script:
     """A healthy stream that never ends: a small event every 0.1 s."""
     kit = KITS[protocol]
     tick = {
-        "responses": sse_event({"type": "keepalive"}),
-        "chat": b": tick\n\n",
-        "anthropic": b'event: ping\ndata: {"type": "ping"}\n\n',
+        WireApi.RESPONSES: sse_event({"type": "keepalive"}),
+        WireApi.CHAT: b": tick\n\n",
+        WireApi.MESSAGES: b'event: ping\ndata: {"type": "ping"}\n\n',
     }[protocol]
     steps: list[Any] = [Send(kit.prefixes["mid_text"])]
     for _ in range(ENDLESS_STEPS):
@@ -132,8 +145,8 @@ def endless(protocol: str) -> Script:
     return Script(headers=SSE_HEADERS, steps=steps)
 
 
-@pytest.mark.parametrize("protocol", list(KITS))
-async def test_a_client_that_stops_reading(autojump_clock: MockClock, protocol: str) -> None:
+@each_api
+async def test_a_client_that_stops_reading(autojump_clock: MockClock, protocol: WireApi) -> None:
     # The client takes the first write, then reads nothing ever again (but stays
     # connected). No false stall: the upstream is healthy. The upstream connection is
     # released at client_write, and proxai read only what its channels hold.
@@ -154,9 +167,9 @@ async def test_a_client_that_stops_reading(autojump_clock: MockClock, protocol: 
     assert outcome is None or outcome.kind is OutcomeKind.CLIENT_STALLED
 
 
-@pytest.mark.parametrize("protocol", list(KITS))
+@each_api
 async def test_a_client_that_stops_reading_gets_the_error_if_it_reads_again(
-    autojump_clock: MockClock, protocol: str
+    autojump_clock: MockClock, protocol: WireApi
 ) -> None:
     kit = KITS[protocol]
     pause = MATRIX_TIMEOUTS["client_write"] + 30
@@ -171,15 +184,18 @@ async def test_a_client_that_stops_reading_gets_the_error_if_it_reads_again(
     assert "the client read nothing for 50.0 s" in message
 
 
-@pytest.mark.parametrize("protocol", list(KITS))
-async def test_a_body_that_never_arrives_is_408(autojump_clock: MockClock, protocol: str) -> None:
+@each_api
+async def test_a_body_that_never_arrives_is_408(
+    autojump_clock: MockClock, protocol: WireApi
+) -> None:
     kit = KITS[protocol]
     async with proxy_for(protocol, [Script.json({})]) as proxy:
         exchange = await proxy.request(kit.request, path=kit.path, body_stalls=True)
     assert exchange.status == 408
     assert exchange.elapsed == MATRIX_TIMEOUTS["request_body"]
     error, message = client_error(protocol, exchange)
-    assert error == ("invalid_request_error" if kit.anthropic else "request_timeout")
+    anthropic = kit.error_shape is ErrorShape.ANTHROPIC
+    assert error == ("invalid_request_error" if anthropic else "request_timeout")
     assert "did not arrive within 5.0 s" in message
     assert proxy.transport.requests == []
     assert exchange.outcome is not None
@@ -196,9 +212,9 @@ GARBAGE = {
 
 
 @pytest.mark.parametrize("garbage", list(GARBAGE))
-@pytest.mark.parametrize("protocol", list(KITS))
+@each_api
 async def test_garbage_is_forwarded_recorded_and_deadlines_still_hold(
-    autojump_clock: MockClock, protocol: str, garbage: str
+    autojump_clock: MockClock, protocol: WireApi, garbage: str
 ) -> None:
     kit = KITS[protocol]
     sent = kit.prefixes["mid_arguments"] + GARBAGE[garbage]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import threading
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import openai
 import pytest
 import trio
 
+from proxai.ops import capture as capture_module
 from proxai.testing import RecordedRequest, Script, Stall
 from proxai.testing.seed import (
     ANSWER_DELTAS,
@@ -279,22 +281,55 @@ async def test_captures_hold_the_raw_exchange_with_keys_redacted(
             content=json.dumps(TURN1_REQUEST),
             headers={"authorization": "Bearer sk-client-secret", "x-trace": "t-1"},
         )
-        await px.wait_for_outcomes(1)
-    # Leaving proxai_for waited for the request's task, which saves its capture shielded.
-    (folder,) = (tmp_path / "captures").iterdir()
-    assert folder.name.endswith(response.headers["x-proxai-request-id"])
-    request = (folder / "request.http").read_bytes()
-    assert request.startswith(b"POST /v1/responses HTTP/1.1\r\n")
-    assert b"authorization: [redacted]\r\n" in request and b"sk-client-secret" not in request
-    assert b"x-trace: t-1\r\n" in request
-    assert request.endswith(json.dumps(TURN1_REQUEST).encode())
-    upstream_bytes = (folder / "upstream.bin").read_bytes()
-    assert upstream_bytes.startswith(b"HTTP/1.1 200\r\n") and upstream_bytes.endswith(
-        b"\r\n\r\n" + TURN1
-    )
-    assert (folder / "client.bin").read_bytes() == response.content == TURN1
-    record = json.loads((folder / "outcome.json").read_text())
-    assert record["kind"] == "completed" and record["truncated"] == []
+        with trio.fail_after(5):
+            (folder,) = await px.wait_for_captures(1)  # written by a thread after the request
+        assert list((tmp_path / "captures").iterdir()) == [folder]
+        assert folder.name.endswith(response.headers["x-proxai-request-id"])
+        request = (folder / "request.http").read_bytes()
+        assert request.startswith(b"POST /v1/responses HTTP/1.1\r\n")
+        assert b"authorization: [redacted]\r\n" in request and b"sk-client-secret" not in request
+        assert b"x-trace: t-1\r\n" in request
+        assert request.endswith(json.dumps(TURN1_REQUEST).encode())
+        upstream_bytes = (folder / "upstream.bin").read_bytes()
+        assert upstream_bytes.startswith(b"HTTP/1.1 200\r\n") and upstream_bytes.endswith(
+            b"\r\n\r\n" + TURN1
+        )
+        assert (folder / "client.bin").read_bytes() == response.content == TURN1
+        record = json.loads((folder / "outcome.json").read_text())
+        assert record["kind"] == "completed" and record["truncated"] == []
+
+
+async def test_a_capture_is_read_once_its_hook_fired_not_once_its_outcome_is_reported(
+    start_upstream: Any, proxai_for: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The outcome is reported before a worker thread writes the capture: a test that
+    reads on the outcome races that thread, one that waits for ``on_saved`` does not.
+    The thread is held here, so the race is lost every time, not once in a while."""
+    entered, release = threading.Event(), threading.Event()
+    write = capture_module._write_private
+
+    def held(path: Path, data: bytes) -> None:
+        entered.set()
+        release.wait(5)
+        write(path, data)
+
+    monkeypatch.setattr(capture_module, "_write_private", held)
+    upstream = await start_upstream(seed_responder)
+    capture = {"enabled": True, "dir": str(tmp_path / "captures")}
+    async with proxai_for(upstream, capture=capture) as px, httpx.AsyncClient() as client:
+        response = await client.post(px.base_url + "/responses", json=TURN1_REQUEST)
+        with trio.fail_after(5):
+            await px.wait_for_outcomes(1)
+        assert await trio.to_thread.run_sync(entered.wait, 5)  # the write has begun
+        assert px.captures == []
+        assert list((tmp_path / "captures").glob("*/outcome.json")) == []  # not there yet
+        release.set()
+        with trio.fail_after(5):
+            (folder,) = await px.wait_for_captures(1)
+        names = ["client.bin", "outcome.json", "request.http", "upstream.bin"]
+        assert sorted(p.name for p in folder.iterdir()) == names
+        assert (folder / "client.bin").read_bytes() == response.content == TURN1
+        assert json.loads((folder / "outcome.json").read_text())["kind"] == "completed"
 
 
 async def test_captures_are_capped_and_only_the_newest_kept(
@@ -303,19 +338,20 @@ async def test_captures_are_capped_and_only_the_newest_kept(
     upstream = await start_upstream(seed_responder)
     capture = {"enabled": True, "dir": str(tmp_path / "captures"), "keep": 2, "max_bytes": 500}
     ids = []
-    for _ in range(4):
-        # One proxai each: leaving it waits for the capture (saved shielded as the request's
-        # task ends), so the four are saved in order, and the folder is pruned by four.
-        async with proxai_for(upstream, capture=capture) as px, httpx.AsyncClient() as client:
+    async with proxai_for(upstream, capture=capture) as px, httpx.AsyncClient() as client:
+        for n in range(1, 5):
             response = await client.post(px.base_url + "/responses", json=TURN1_REQUEST)
             ids.append(response.headers["x-proxai-request-id"])
-    folders = sorted(p.name for p in (tmp_path / "captures").iterdir())
-    assert len(folders) == 2
-    assert {f.rsplit("-", 1)[1] for f in folders} == set(ids[2:])
-    newest = tmp_path / "captures" / folders[-1]
-    assert (newest / "client.bin").read_bytes() == TURN1[:500]
-    record = json.loads((newest / "outcome.json").read_text())
-    assert {"client.bin", "upstream.bin"} <= set(record["truncated"])
+            # Each saved (and the folder pruned) before the next starts: the four in order.
+            with trio.fail_after(5):
+                saved = await px.wait_for_captures(n)
+        folders = sorted(p.name for p in (tmp_path / "captures").iterdir())
+        assert folders == [f.name for f in saved[2:]]
+        assert [f.rsplit("-", 1)[1] for f in folders] == ids[2:]
+        newest = saved[-1]
+        assert (newest / "client.bin").read_bytes() == TURN1[:500]
+        record = json.loads((newest / "outcome.json").read_text())
+        assert {"client.bin", "upstream.bin"} <= set(record["truncated"])
 
 
 async def test_live_view_lists_open_streams(start_upstream: Any, proxai_for: Any) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+import trio
 
 from proxai.config import LoggingConfig
 from proxai.config_file import load_config
@@ -93,21 +94,22 @@ async def test_an_upstream_error_echoing_the_key_is_masked_in_the_log_and_the_ca
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
         response = await client.post(px.base_url + "/chat/completions", json=body)
         assert response.status_code == 200
-        (outcome,) = await px.wait_for_outcomes(1)
-    # Leaving proxai_for waited for the request's task, which saves its capture shielded.
+        with trio.fail_after(5):
+            (outcome,) = await px.wait_for_outcomes(1)
+            (folder,) = await px.wait_for_captures(1)  # written by a thread after the outcome
+        assert list((tmp_path / "captures").iterdir()) == [folder]
+        for name in ("outcome.json", "upstream.bin", "client.bin", "request.http"):
+            data = (folder / name).read_bytes()
+            assert KEY.encode() not in data and HEADER_SECRET.encode() not in data, name
+        saved = json.loads((folder / "outcome.json").read_bytes())
+        assert THEIRS not in saved["detail"] and f"Bearer {MASK}" in saved["detail"]
+        assert MASK.encode() in (folder / "upstream.bin").read_bytes()
     assert upstream.requests[0].header("authorization") == f"Bearer {KEY}"
     assert outcome.detail is not None and KEY in outcome.detail  # the record itself: raw
     (record,) = [r for r in caplog.records if r.name == "proxai.request"]
     for logged in (record.getMessage(), json.dumps(record.__dict__["proxai_fields"])):
         assert KEY not in logged and THEIRS not in logged
         assert f"Bearer {MASK}" in logged
-    (folder,) = (tmp_path / "captures").iterdir()
-    for name in ("outcome.json", "upstream.bin", "client.bin", "request.http"):
-        data = (folder / name).read_bytes()
-        assert KEY.encode() not in data and HEADER_SECRET.encode() not in data, name
-    saved = json.loads((folder / "outcome.json").read_bytes())
-    assert THEIRS not in saved["detail"] and f"Bearer {MASK}" in saved["detail"]
-    assert MASK.encode() in (folder / "upstream.bin").read_bytes()
 
 
 def test_a_secret_at_the_log_lines_cut_is_masked_whole_first(

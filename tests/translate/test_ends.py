@@ -145,15 +145,15 @@ def _chat_chunks(url: str) -> Any:
 @pytest.mark.parametrize(
     ("client", "upstream", "prefix"),
     [
-        pytest.param(_responses_events, RESPONSES_UPSTREAM, "responses", id="responses"),
-        pytest.param(_chat_chunks, CHAT_UPSTREAM, "chat", id="chat"),
-        pytest.param(_responses_events, CHAT_UPSTREAM, "chat", id="responses-over-chat"),
-        pytest.param(_chat_chunks, RESPONSES_UPSTREAM, "responses", id="chat-over-responses"),
+        pytest.param(_responses_events, RESPONSES_UPSTREAM, WireApi.RESPONSES, id="responses"),
+        pytest.param(_chat_chunks, CHAT_UPSTREAM, WireApi.CHAT, id="chat"),
+        pytest.param(_responses_events, CHAT_UPSTREAM, WireApi.CHAT, id="responses-over-chat"),
+        pytest.param(_chat_chunks, RESPONSES_UPSTREAM, WireApi.RESPONSES, id="chat-over-responses"),
     ],
 )
 @pytest.mark.parametrize("stage", ["before_first_event", "mid_text"])
 async def test_a_stall_has_one_code_passed_through_translated_and_before_the_first_byte(
-    start_upstream: Any, proxai_for: Any, client: Any, upstream: Any, prefix: str, stage: str
+    start_upstream: Any, proxai_for: Any, client: Any, upstream: Any, prefix: WireApi, stage: str
 ) -> None:
     sent = KITS[prefix].prefixes["mid_text"] if stage == "mid_text" else b""
     script = Script(steps=[Send(sent), Stall()])
