@@ -388,9 +388,10 @@ class ProxaiApp:
         )
 
     def _report(self, outcome: Outcome) -> None:
-        self._request_log(outcome)
+        # Counted before logged: whoever reads the log line finds the request in /metrics.
         if self._metrics is not None:
             self._metrics.observe(outcome)
+        self._request_log(outcome)
         if self._on_outcome is not None:
             self._on_outcome(outcome)
 
