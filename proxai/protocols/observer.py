@@ -21,23 +21,26 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 import attrs
 
+from ..config import TimeoutsConfig
 from ..outcome import Outcome, OutcomeKind
 from ..wire.sse import SSEFrame
 
 __all__ = [
     "UNREAD",
     "ItemSnapshot",
+    "ObserverFactory",
     "ObserverSnapshot",
     "PassThroughObserver",
     "Read",
     "StreamObserver",
     "Verdict",
     "client_stalled_message",
+    "pass_through",
 ]
 
 
@@ -149,3 +152,12 @@ class StreamObserver:
 
 class PassThroughObserver(StreamObserver):
     """Forwards everything and imposes no deadline: for bodies proxai does not interpret."""
+
+
+#: Builds a stream's observer with the deadlines of the upstream that serves it.
+ObserverFactory = Callable[[TimeoutsConfig], StreamObserver]
+
+
+def pass_through(timeouts: TimeoutsConfig) -> StreamObserver:
+    """The observer factory for bodies proxai does not interpret."""
+    return PassThroughObserver()

@@ -68,10 +68,11 @@ class Projection(Protocol):
     def tool_names(self) -> list[str]: ...
 
 
-#: Builds the observer of one stream from its upstream's deadlines, the request (``None``
-#: for a stream proxai did not see the request of, such as a resumed one) and what one
-#: stream may hold.
-ObserverFactory = Callable[[TimeoutsConfig, Projection | None, StreamLimits], StreamObserver]
+#: A row's observer builder (not the relay's :data:`~proxai.protocols.observer.ObserverFactory`,
+#: which a plan makes of it): the observer of one stream from its upstream's deadlines, the
+#: request (``None`` for a stream proxai did not see the request of, such as a resumed
+#: one) and what one stream may hold.
+ObserverBuilder = Callable[[TimeoutsConfig, Projection | None, StreamLimits], StreamObserver]
 
 
 @attrs.frozen
@@ -164,7 +165,7 @@ class Api:
     sdk: ClientSdk
     #: Parsed JSON body -> typed projection; raises ProxyError (400) naming the bad path.
     project: Callable[[dict[str, Any]], Projection]
-    observer: ObserverFactory
+    observer: ObserverBuilder
     #: The upstream protocol that speaks it.
     upstream: UpstreamKind
     #: GET paths under this prefix stream this API's events (a resumed response).

@@ -6,7 +6,7 @@ the relay only carries it out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import attrs
@@ -14,7 +14,7 @@ import attrs
 from ..config import TimeoutsConfig
 from ..errors import ErrorShape
 from ..policy.retry import RetryPlan
-from ..protocols.observer import PassThroughObserver, StreamObserver
+from ..protocols.observer import ObserverFactory, pass_through
 from ..translate.stream import TranslatorFactory
 from ..upstream.client import UpstreamClient
 from ..wire.headers import Headers
@@ -22,21 +22,11 @@ from ..wire.headers import Headers
 __all__ = [
     "UNLIMITED_RETRIES",
     "Exchange",
-    "ObserverFactory",
     "ProxiedRequest",
     "RetryAdmission",
     "Tap",
     "UpstreamTarget",
-    "pass_through",
 ]
-
-#: Builds a stream's observer with the deadlines of the upstream that serves it.
-ObserverFactory = Callable[[TimeoutsConfig], StreamObserver]
-
-
-def pass_through(timeouts: TimeoutsConfig) -> StreamObserver:
-    """The observer factory for bodies proxai does not interpret."""
-    return PassThroughObserver()
 
 
 class Sink(Protocol):

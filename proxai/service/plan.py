@@ -24,7 +24,7 @@ import orjson
 from ..config import Config, UpstreamConfig, UpstreamKind
 from ..policy.normalize import normalize_body
 from ..policy.routes import Route, Router
-from ..protocols.observer import PassThroughObserver, StreamObserver
+from ..protocols.observer import ObserverFactory, pass_through
 from ..protocols.table import (
     API_BY_WIRE,
     UPSTREAM_PROTOCOLS,
@@ -43,19 +43,12 @@ from ..wire.json_body import dumps_kept, load_json_object
 from ..wire.json_values import json_object_or_none
 
 if TYPE_CHECKING:
-    from ..config import TimeoutsConfig
-    from ..relay.exchange import ObserverFactory
     from ..translate.stream import TranslatorFactory
 
 __all__ = ["Incoming", "LocalPlan", "Plan", "Planner", "Prepared", "TargetPlan", "read_head"]
 
 #: proxai's id of a request: returned to the client, sent upstream, in every record.
 REQUEST_ID_HEADER = b"x-proxai-request-id"
-
-
-def _pass_through(timeouts: TimeoutsConfig) -> StreamObserver:
-    """The observer of a body proxai does not interpret."""
-    return PassThroughObserver()
 
 
 @attrs.frozen
@@ -236,7 +229,7 @@ class Planner:
             model = data.get("model") if data is not None else None
             streaming = not body or (data is not None and data.get("stream") is True)
             return Prepared(
-                data, model if isinstance(model, str) else None, _pass_through, streaming
+                data, model if isinstance(model, str) else None, pass_through, streaming
             )
         data = load_json_object(body)
         projection = api.project(data)
