@@ -6,6 +6,7 @@ protocol needs at the end), never an object per delta, and never more than
 from __future__ import annotations
 
 import tracemalloc
+from functools import partial
 from typing import Any
 
 import orjson
@@ -14,10 +15,8 @@ from trio.testing import MockClock
 
 from proxai.config import TimeoutsConfig
 from proxai.outcome import OutcomeKind
-from proxai.protocols.chat.observer import ChatObserver
-from proxai.protocols.messages.observer import MessagesObserver
 from proxai.protocols.names import WireApi
-from proxai.protocols.responses.observer import ResponsesObserver
+from proxai.protocols.table import APIS
 from proxai.protocols.tracking import StreamLimits, TrackingObserver
 from proxai.testing import Script, chat_chunk, sse_event
 from proxai.testing.memory_proxy import MemoryProxy
@@ -87,10 +86,10 @@ def text_stream(upstream: WireApi, deltas: int, text: str = DELTA) -> list[bytes
     ] * deltas
 
 
+#: Each API's observer, as its row of the table builds it (a new row is measured too).
 OBSERVERS: dict[WireApi, Any] = {
-    CHAT: ChatObserver,
-    MESSAGES: MessagesObserver,
-    RESPONSES: lambda timeouts, limits: ResponsesObserver(timeouts, limits=limits),
+    api.wire: partial(lambda api, timeouts, limits: api.observer(timeouts, None, limits), api)
+    for api in APIS
 }
 
 
