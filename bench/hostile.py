@@ -33,6 +33,7 @@ from proxai.ops.request_log import log_fields
 from proxai.outcome import Outcome
 from proxai.protocols.chat.observer import ChatObserver
 from proxai.protocols.names import WireApi
+from proxai.protocols.observer import Read
 from proxai.testing import Script, chat_chunk
 from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.work import kept_by
@@ -242,11 +243,14 @@ def memory(deltas: int) -> list[dict[str, Any]]:
             observer = ChatObserver(TimeoutsConfig())
             ctx = TranslationContext(client=client, upstream=CHAT, stream=True, model="m")
             translator = PAIRS[(client, CHAT)].translator(ctx) if client is not CHAT else None
+            if translator is not None:
+                translator.follow(observer)  # as the relay has it
             observer.on_start(0.0)
             for frame in frames:
-                observer.on_frames([frame], 1.0)
-                if translator is not None:
-                    translator.frames([frame])
+                reads: list[Read] | None = None if translator is None else []
+                observer.read_frames([frame], 1.0, reads)
+                if translator is not None and reads is not None:
+                    translator.reads(reads)
             return observer, translator
 
         row = {

@@ -9,7 +9,8 @@ a trio cancel scope; this module has no I/O and no trio.
 
 A tracking observer's reader parses each event once (see :mod:`proxai.protocols.tracking`);
 :meth:`StreamObserver.read_frames` hands what it parsed on (a translator's decoder reads
-the same values instead of parsing the bytes again).
+the same values instead of parsing the bytes again, and the same reader's items instead of
+keeping a record of its own).
 
 Times passed to an observer are on the relay's *upstream clock*, which runs
 only while proxai is waiting for the upstream (see :mod:`proxai.relay.relay`), so
@@ -32,6 +33,7 @@ from ..wire.sse import SSEFrame
 
 __all__ = [
     "UNREAD",
+    "UNSEEN",
     "ItemSnapshot",
     "ObserverFactory",
     "ObserverSnapshot",
@@ -46,11 +48,15 @@ __all__ = [
 
 class _Unread(enum.Enum):
     UNREAD = "unread"
+    UNSEEN = "unseen"
 
 
 #: What a frame's reader parsed of it when it parsed nothing (a comment, an event type it
 #: only counts, an observer that reads no JSON): whoever needs its JSON parses it.
 UNREAD: Final = _Unread.UNREAD
+#: What a frame no reader saw "parsed" (read without an observer, or after the observer
+#: failed): a translator's decoder has its reader read it then.
+UNSEEN: Final = _Unread.UNSEEN
 
 #: One frame and what its reader parsed of its data: the JSON value (``None``: not a JSON
 #: object), or :data:`UNREAD`.
@@ -107,10 +113,10 @@ class StreamObserver:
     def read_frames(self, frames: Sequence[SSEFrame], now: float, reads: list[Read] | None) -> None:
         """:meth:`on_frames`, also appending to ``reads`` each frame it took with what it
         parsed of it (the frames of a batch it stopped in, past a limit, are not all
-        there: the relay then ends the stream)."""
+        there: the relay then ends the stream). This one has no reader: none saw them."""
         self.on_frames(frames, now)
         if reads is not None:
-            reads.extend((frame, UNREAD) for frame in frames)
+            reads.extend((frame, UNSEEN) for frame in frames)
 
     @property
     def over_limit(self) -> Verdict | None:

@@ -130,6 +130,9 @@ class TrackedItem:
     text: Aggregate = attrs.field(factory=Aggregate)  # what its deltas spelled
     #: Its entry in the observer's heap of guarded items (its progress when pushed), if any.
     queued_at: float | None = None
+    #: What a translator's decoder keeps of the item (its state in the neutral stream):
+    #: the decoder reads the reader's items instead of keeping a record of its own.
+    translation: object = None
 
     @property
     def aggregate(self) -> str:

@@ -18,7 +18,8 @@ import attrs
 
 from ..errors import ProxyError
 from ..outcome import ENDED_WELL, Outcome, OutcomeKind
-from ..protocols.observer import Read, Verdict
+from ..protocols.observer import Read, StreamObserver, Verdict
+from ..protocols.tracking import TrackingObserver
 from ..translate.stream import ResponseTranslator
 from . import ending
 from .messages import Body, Head
@@ -95,11 +96,15 @@ class Translated(Forwarding):
         self,
         translator: ResponseTranslator,
         outcome: Outcome,
+        observer: StreamObserver,
         *,
         max_body_bytes: int,
         let_go: Callable[[], None],
     ) -> None:
-        """``let_go``: closes the upstream (the relay's reader), when translating fails."""
+        """``observer``: the upstream's, whose reader's items the translator reads;
+        ``let_go``: closes the upstream (the relay's reader), when translating fails."""
+        if isinstance(observer, TrackingObserver):
+            translator.follow(observer)
         self._translator = translator
         self._outcome = outcome
         self._max_body_bytes = max_body_bytes

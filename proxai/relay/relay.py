@@ -36,7 +36,7 @@ import trio
 from ..errors import SHUTDOWN_MESSAGE, ProxyError, shutdown_error
 from ..outcome import Outcome, OutcomeKind
 from ..protocols.observer import (
-    UNREAD,
+    UNSEEN,
     ObserverSnapshot,
     PassThroughObserver,
     Read,
@@ -280,6 +280,7 @@ class Relay:
                 self._forwarding = Translated(
                     target.translator(),
                     self.outcome,
+                    self._observer,
                     max_body_bytes=self._exchange.max_translated_body_bytes,
                     let_go=self._reader_scope.cancel,
                 )
@@ -407,8 +408,8 @@ class Relay:
                 f"observer failed ({type(exc).__name__}: {exc}); relaying without it"
             )
             self._observer = PassThroughObserver()
-            if reads is not None:  # the translator reads them itself
-                reads = [(frame, UNREAD) for frame in frames]
+            if reads is not None:  # the rest: the translator's decoder has its reader read them
+                reads += [(frame, UNSEEN) for frame in frames[len(reads) :]]
         return reads or ()
 
     async def _to_writer(self, client: trio.MemorySendChannel[ToWriter], data: bytes) -> None:

@@ -25,6 +25,7 @@ import attrs
 
 from ..outcome import MAX_LISTED, cut_name, more_entry
 from ..protocols.names import WireApi
+from ..protocols.tracking import TrackingObserver
 from ..wire.sse import SSEFrame
 
 __all__ = [
@@ -341,11 +342,16 @@ class Decoder(Protocol):
     #: could not place), deduplicated, for the outcome record.
     notes: list[str]
 
+    def follow(self, observer: TrackingObserver) -> None:
+        """Read the items of ``observer``'s reader (which reads each frame before the
+        decoder is fed it) instead of keeping a reader of its own."""
+        ...
+
     def feed(self, frame: SSEFrame, payload: object = ...) -> list[Event]:
         """Events of one SSE frame of a streamed response (comments give none).
         ``payload``: what the upstream API's reader parsed of its data (see
         :data:`~proxai.protocols.observer.Read`), so the data is not parsed again; by
-        default the decoder parses it."""
+        default (:data:`~proxai.protocols.observer.UNSEEN`) the decoder's reader reads it."""
         ...
 
     def close(self) -> list[Event]:

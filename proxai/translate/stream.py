@@ -31,7 +31,8 @@ import orjson
 
 from ..errors import ProxyError, ending_code
 from ..outcome import ENDED_WELL, TRY_AGAIN, OutcomeKind
-from ..protocols.observer import UNREAD, Read, Verdict
+from ..protocols.observer import UNSEEN, Read, Verdict
+from ..protocols.tracking import TrackingObserver
 from ..wire.coding import CorruptCoding, coding_names, content_codings, decodable
 from ..wire.coding import Decoder as Inflater
 from ..wire.headers import Headers
@@ -167,9 +168,14 @@ class ResponseTranslator:
 
     # -- streams ---------------------------------------------------------------------------
 
+    def follow(self, observer: TrackingObserver) -> None:
+        """The upstream's observer reads each frame before :meth:`reads` gets it: the
+        decoder reads the items of its reader instead of a reader of its own."""
+        self._decoder.follow(observer)
+
     def frames(self, frames: Sequence[SSEFrame]) -> bytes:
-        """:meth:`reads` of frames no reader parsed."""
-        return self.reads([(frame, UNREAD) for frame in frames])
+        """:meth:`reads` of frames no reader saw."""
+        return self.reads([(frame, UNSEEN) for frame in frames])
 
     def reads(self, reads: Sequence[Read]) -> bytes:
         """The client's bytes for a batch of the upstream's frames, with what the

@@ -16,6 +16,7 @@ from trio.testing import MockClock
 from proxai.config import TimeoutsConfig
 from proxai.outcome import OutcomeKind
 from proxai.protocols.names import WireApi
+from proxai.protocols.observer import Read
 from proxai.protocols.table import APIS
 from proxai.protocols.tracking import StreamLimits, TrackingObserver
 from proxai.testing import Script, chat_chunk, sse_event
@@ -104,11 +105,13 @@ def kept_per_delta(client: WireApi, upstream: WireApi, deltas: int = 40_000) -> 
         if client is not upstream:
             ctx = TranslationContext(client=client, upstream=upstream, stream=True, model="m")
             translator = PAIRS[(client, upstream)].translator(ctx)
+            translator.follow(observer)  # as the relay has it: the observer's reader's items
         observer.on_start(0.0)
         for frame in frames:
-            observer.on_frames([frame], 1.0)
-            if translator is not None:
-                translator.frames([frame])
+            reads: list[Read] | None = None if translator is None else []
+            observer.read_frames([frame], 1.0, reads)
+            if translator is not None and reads is not None:
+                translator.reads(reads)
         assert observer.over_limit is None
         return observer, translator
 

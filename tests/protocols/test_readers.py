@@ -255,6 +255,8 @@ def test_a_translated_stream_is_parsed_once(
 
         monkeypatch.setattr(orjson, "loads", counting)
         reads: list[Read] | None = [] if through_reader else None
+        if through_reader:
+            translator.follow(obs)
         obs.read_frames(frames, 1.0, reads)
         out = translator.reads(reads) if reads is not None else translator.frames(frames)
         monkeypatch.setattr(orjson, "loads", loads)
@@ -277,7 +279,44 @@ def test_a_decoder_reads_the_readers_values_as_it_reads_the_bytes(upstream: Wire
     obs.read_frames(SSEFramer().feed(body), 1.0, reads)
     assert any(payload is not UNREAD for _, payload in reads)
     fed, parsed = decoder_for(upstream), decoder_for(upstream)
+    fed.follow(obs)
     from_reads = [event for frame, payload in reads for event in fed.feed(frame, payload)]
     from_bytes = [event for frame in SSEFramer().feed(body) for event in parsed.feed(frame)]
     assert from_reads == from_bytes and from_reads
     assert fed.notes == parsed.notes
+
+
+#: Where each API's reader keeps the items a decoder reads.
+_RECORDS = {WireApi.CHAT: "calls", WireApi.MESSAGES: "blocks", WireApi.RESPONSES: "items"}
+#: What a decoder may hold besides: the neutral stream's open items, its notes, usage.
+_DECODERS_OWN = {"_open", "notes", "_usage"}
+
+
+@pytest.mark.parametrize("follows", [True, False], ids=["relay's reader", "own reader"])
+@pytest.mark.parametrize("upstream", list(WireApi))
+def test_a_decoder_keeps_its_state_of_an_item_on_the_readers_item(
+    upstream: WireApi, follows: bool
+) -> None:
+    """One record of the upstream's items per stream: the reader's. A decoder that kept
+    its own map of calls or blocks again fails here."""
+    obs = API_BY_WIRE[upstream].observer(TIMEOUTS, None, StreamLimits())
+    decoder = decoder_for(upstream)
+    frames = SSEFramer().feed(_stream(upstream))
+    if follows:
+        decoder.follow(obs)
+        reads: list[Read] = []
+        obs.read_frames(frames, 1.0, reads)
+        events = [event for frame, payload in reads for event in decoder.feed(frame, payload)]
+    else:
+        events = [event for frame in frames for event in decoder.feed(frame)]
+    assert events
+    reader = obs.reader if follows else decoder.reader
+    tracked = list(getattr(reader, _RECORDS[upstream]).values())
+    states = {id(item.translation) for item in tracked if item.translation is not None}
+    assert tracked and len(states) == len(tracked)  # each item, one state, on the item
+    held = {k for k, v in vars(decoder).items() if isinstance(v, dict | list | set) and v}
+    assert held <= _DECODERS_OWN
+    for name in held:
+        value = vars(decoder)[name]
+        inside = value.values() if isinstance(value, dict) else value
+        assert not any(id(entry) in states for entry in inside)

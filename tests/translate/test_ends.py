@@ -18,6 +18,7 @@ import pytest
 from proxai.config import ConfigError
 from proxai.config_file import load_config
 from proxai.outcome import OutcomeKind
+from proxai.protocols.chat.reader import ChatReader
 from proxai.protocols.names import WireApi
 from proxai.protocols.observer import Verdict
 from proxai.testing import Reset, Script, Send, Stall
@@ -73,6 +74,33 @@ async def test_a_chat_stream_without_done_completes_a_responses_clients_stream(
     assert [item.type for item in final.output] == ["reasoning", "message", "function_call"]
     assert outcome.kind is OutcomeKind.COMPLETED
     assert outcome.usage is not None and outcome.usage["prompt_tokens"] == 120
+
+
+async def test_an_observer_that_fails_leaves_the_rest_to_the_translators_reader(
+    start_upstream: Any, proxai_for: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The observer fails on one chunk and is dropped; the decoder, which reads the
+    reader's items, has the reader read the rest itself: the client's stream is whole."""
+    original = ChatReader.read
+    reads = 0
+
+    def read_or_fail(self: ChatReader, event: str | None, data: bytes) -> object:
+        nonlocal reads
+        reads += 1
+        if reads == 3:
+            raise RuntimeError("observer bug")
+        return original(self, event, data)
+
+    monkeypatch.setattr(ChatReader, "read", read_or_fail)
+    final, _, (outcome,) = await run(
+        start_upstream, proxai_for, [sse(TOOL_CALL_STREAM)], responses_stream
+    )
+    assert final.status == "completed"
+    assert [item.type for item in final.output] == ["reasoning", "message", "function_call"]
+    assert outcome.kind is OutcomeKind.COMPLETED
+    assert "observer failed (RuntimeError: observer bug); relaying without it" in (
+        outcome.anomalies
+    )
 
 
 async def test_a_chat_stream_without_done_completes_a_messages_clients_stream(

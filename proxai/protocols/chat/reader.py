@@ -85,17 +85,22 @@ class ChatReader:
             message = error.get("message") if isinstance(error, dict) else None
             tracker.finish(OutcomeKind.FAILED, str(message or error))
             return chunk
+        self.read_chunk(chunk)
+        return chunk
+
+    def read_chunk(self, chunk: dict[str, Any]) -> None:
+        """A chunk's usage and choices (a decoder's whole body is read as one chunk)."""
+        tracker = self._tracker
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             tracker.usage = usage
         choices = chunk.get("choices")
         if not isinstance(choices, list):
             tracker.note("chunk without a choices array")
-            return chunk
+            return
         for position, choice in enumerate(choices):
             if isinstance(choice, dict):
                 self._choice(choice, position)
-        return chunk
 
     def _choice(self, choice: dict[str, Any], position: int) -> None:
         index = choice.get("index")
@@ -180,10 +185,13 @@ class ChatReader:
         function = function if isinstance(function, dict) else {}
         item = self.calls.get(key)
         call_id = _str(call.get("id"))
+        carried: object = None
         if item is not None and call_id and item.call_id and call_id != item.call_id:
             # Some servers reuse an index for the next call; a new id means a new call.
+            # A translator's state of the index goes on: its decoder has its own rules
+            # for when a call is new (and must close the one before).
             self._close_call(key)
-            item = None
+            carried, item = item.translation, None
         if item is None:
             name = _str(function.get("name"))
             label = (
@@ -192,6 +200,7 @@ class ChatReader:
             item = TrackedItem(
                 key, "tool_call", label, True, "arguments", tracker.now, name, call_id
             )
+            item.translation = carried
             if not self._open_item(item):
                 return
             self.calls[key] = item

@@ -194,7 +194,7 @@ class ResponsesReader:
                     item.streams = "output"
                     tracker.compare(f"{item.label}: {event.type}", item.text, event.value)
             case TextDone():
-                index = self._index_for(event.output_index, event.item_id)
+                index = self.index_for(event.output_index, event.item_id)
                 text = self.texts.get((index, event.content_index), _NO_DELTAS)
                 if index is not None and (tracker.keeping or text is not _NO_DELTAS):
                     tracker.compare(
@@ -221,7 +221,7 @@ class ResponsesReader:
         event_type, seq, output_index, item_id, content_index, delta = fields
         self._note_sequence(seq)
         if event_type == "response.output_text.delta":
-            index = self._index_for(output_index, item_id)
+            index = self.index_for(output_index, item_id)
             if index is not None:
                 text = self.texts.get((index, content_index))
                 if text is None:
@@ -241,7 +241,8 @@ class ResponsesReader:
         else:
             self._since_sequence += 1
 
-    def _index_for(self, output_index: int | None, item_id: str | None) -> Hashable | None:
+    def index_for(self, output_index: int | None, item_id: str | None) -> Hashable | None:
+        """The key of the item an event names: its ``output_index``, else its item id's."""
         if output_index is not None:
             return output_index
         if item_id is not None:
@@ -251,7 +252,7 @@ class ResponsesReader:
     def _item_for(
         self, output_index: int | None, item_id: str | None, what: str
     ) -> TrackedItem | None:
-        index = self._index_for(output_index, item_id)
+        index = self.index_for(output_index, item_id)
         item = self._open.get(index) if index is not None else None
         if item is None:
             self._tracker.note(f"{what} for an item that is not open (output_index {index})")
@@ -287,7 +288,7 @@ class ResponsesReader:
             self._index_of_id[item.id] = index
 
     def _done(self, output_index: int | None, item: OutputItem) -> None:
-        index = self._index_for(output_index, item.id)
+        index = self.index_for(output_index, item.id)
         tracker = self._tracker
         tracked = tracker.close_item(index) if index is not None else None
         if tracked is None:

@@ -14,16 +14,25 @@ Every decoder hands out the same shape of stream, whatever its upstream did:
 
 Encoders may rely on all of it; :func:`proxai.translate.ir.check_well_formed`
 checks it.
+
+A decoder keeps no record of the upstream's items: it reads its API's reader's
+(:class:`~proxai.protocols.tracking.TrackedItem`, each with the decoder's state of it
+in :attr:`~proxai.protocols.tracking.TrackedItem.translation`). The relay's observer
+reads each frame first (:meth:`DecoderBase.follow`); a decoder fed frames no reader saw
+(:data:`~proxai.protocols.observer.UNSEEN`) has its reader read them.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import Any, Generic, TypeVar
 
 import attrs
 import orjson
 
-from ...protocols.observer import UNREAD
+from ...config import TimeoutsConfig
+from ...protocols.observer import UNREAD, UNSEEN
+from ...protocols.tracking import StreamLimits, StreamReader, TrackingObserver
 from ...wire.sse import SSEFrame
 from ..ir import (
     Event,
@@ -42,6 +51,10 @@ __all__ = ["DecoderBase", "as_int", "as_str", "load_object", "object_of"]
 
 #: Notes kept per response, so a hostile stream cannot grow them without bound.
 _MAX_NOTES = 32
+#: A decoder's own reader keeps every item: the relay's observer bounds a stream, not it.
+_UNBOUNDED = StreamLimits(max_open_items=sys.maxsize, max_kept=sys.maxsize)
+
+R = TypeVar("R", bound=StreamReader)
 
 
 def as_str(value: Any) -> str | None:
@@ -77,10 +90,16 @@ class _Open:
     has_text: bool = False
 
 
-class DecoderBase:
+class DecoderBase(Generic[R]):
     """Items, start and end of one response, for the decoders built on it."""
 
+    #: The reader of the decoder's API, whose items the decoder reads.
+    reader_type: type[R]
+
     def __init__(self) -> None:
+        self.reader = self._reader_of(
+            TrackingObserver(TimeoutsConfig(), _UNBOUNDED, reader=self.reader_type)
+        )
         self._next_key = 0
         self._open: dict[int, _Open] = {}  # in opening order
         #: The open text, refusal or reasoning item: at most one, and never beside a call.
@@ -90,6 +109,23 @@ class DecoderBase:
         #: What the decoder saw and left out (other choices, hosted tool items,
         #: fragments it could not place), for the outcome record. Deduplicated.
         self.notes: list[str] = []
+
+    def _reader_of(self, observer: TrackingObserver) -> R:
+        reader = observer.reader
+        if not isinstance(reader, self.reader_type):
+            raise TypeError(f"{type(self).__name__} reads a {self.reader_type.__name__}")
+        return reader
+
+    def follow(self, observer: TrackingObserver) -> None:
+        """Read the items of ``observer``'s reader, which reads every frame before the
+        decoder is fed it (the relay's), instead of those of a reader of its own."""
+        self.reader = self._reader_of(observer)
+
+    def _seen(self, frame: SSEFrame, payload: object) -> object:
+        """What the reader parsed of ``frame``: read now if no reader saw it."""
+        if payload is UNSEEN and frame.data is not None:
+            return self.reader.read(frame.event, frame.data)
+        return payload
 
     @property
     def ended(self) -> bool:

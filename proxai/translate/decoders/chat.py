@@ -35,7 +35,8 @@ from typing import Any
 import attrs
 import orjson
 
-from ...protocols.observer import UNREAD
+from ...protocols.chat.reader import ChatReader
+from ...protocols.observer import UNSEEN
 from ...wire.sse import SSEFrame
 from ..ir import Event, FinishReason, ItemKind, Usage
 from ._base import DecoderBase, as_int, as_str, object_of
@@ -103,14 +104,15 @@ class _Call:
     waiting: list[str] = attrs.field(factory=list)  # argument text before the name came
 
 
-class ChatDecoder(DecoderBase):
+class ChatDecoder(DecoderBase[ChatReader]):
     """A Chat Completions stream or body, as neutral events; see the module docstring."""
+
+    reader_type = ChatReader
 
     def __init__(self) -> None:
         super().__init__()
         self._response_id: str | None = None
         self._content: tuple[ItemKind, int] | None = None  # the open text/reasoning/refusal
-        self._calls: dict[int | str, _Call] = {}  # by tool index (or "function_call")
         self._called = False  # any tool call was opened
         self._finish_reason: str | None = None  # choice 0 finished, as the upstream said it
         self._stop_sequence: str | None = None
@@ -118,10 +120,11 @@ class ChatDecoder(DecoderBase):
 
     # -- streams ------------------------------------------------------------------
 
-    def feed(self, frame: SSEFrame, payload: object = UNREAD) -> list[Event]:
+    def feed(self, frame: SSEFrame, payload: object = UNSEEN) -> list[Event]:
         data = frame.data
         if data is None or self._ended:
             return []
+        payload = self._seen(frame, payload)
         if data[:1] != b"{" and data.strip() == DONE:
             return self._done()
         chunk = object_of(data, payload)
@@ -160,6 +163,7 @@ class ChatDecoder(DecoderBase):
                 ]
             if len(choices) > 1:
                 self._note(f"{len(choices) - 1} choice(s) besides the first were ignored")
+        self.reader.read_chunk(chunk)  # the reader's items are the calls' records
         events = self._chunk(chunk)
         if self._finish_reason is None:
             self._finish_reason = "stop"
@@ -263,7 +267,11 @@ class ChatDecoder(DecoderBase):
         name = as_str(function.get("name")) or None
         arguments = _arguments(function.get("arguments"))
         events: list[Event] = []
-        current = self._calls.get(slot)
+        tracked = self.reader.calls.get((0, slot))
+        if tracked is None:
+            return events  # a call past the reader's limits: the stream is ending
+        state = tracked.translation
+        current = state if isinstance(state, _Call) else None
         if current is not None and (
             (call_id and current.id and call_id != current.id)
             or (not call_id and name and current.name and name != current.name)
@@ -279,7 +287,7 @@ class ChatDecoder(DecoderBase):
                 return events
         if current is None:
             current = _Call(call_id, name)
-            self._calls[slot] = current
+            tracked.translation = current
         else:
             current.id = current.id or call_id
             current.name = current.name or name
@@ -341,8 +349,9 @@ class ChatDecoder(DecoderBase):
 
     def _end(self) -> list[Event]:
         events: list[Event] = []
-        for call in self._calls.values():
-            if call.key is None:
+        for (choice, _), tracked in self.reader.calls.items():
+            call = tracked.translation
+            if choice == 0 and isinstance(call, _Call) and call.key is None:
                 events += self._settle(call)
         reason = _FINISH_REASONS.get(self._finish_reason or "stop", FinishReason.STOP)
         if reason is FinishReason.STOP and self._called:

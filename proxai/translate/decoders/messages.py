@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import orjson
 
 from ...protocols.aggregate import Aggregate
-from ...protocols.observer import UNREAD
+from ...protocols.messages.reader import MessagesReader
+from ...protocols.observer import UNSEEN
 from ...wire.sse import SSEFrame
 from ..ir import Event, FinishReason, ItemKind, Usage
 from ._base import DecoderBase, as_int, as_str, object_of
@@ -73,24 +75,34 @@ def _stop_reason(reason: str | None) -> FinishReason:
     return _STOP_REASONS.get(reason or "end_turn", FinishReason.STOP)
 
 
-class MessagesDecoder(DecoderBase):
+@attrs.define(eq=False)
+class _Block:
+    """What the decoder keeps of a content block, on the reader's item for it."""
+
+    key: int | None  # its item (None: a block left out, run by the upstream)
+    signature: Aggregate | None = None  # thinking: its signature so far
+    initial: str | None = None  # tool_use: its start block's input, until a fragment comes
+
+
+class MessagesDecoder(DecoderBase[MessagesReader]):
     """A Messages stream or body, as neutral events; see the module docstring."""
+
+    reader_type = MessagesReader
 
     def __init__(self) -> None:
         super().__init__()
-        self._blocks: dict[int, int] = {}  # block index -> item key
-        self._signatures: dict[int, Aggregate] = {}  # block index -> signature so far
-        self._initial_input: dict[int, str] = {}  # tool_use block index -> its start input
-        self._left_out: set[int] = set()  # indexes of server-run blocks
         self._usage: dict[str, Any] = {}
         self._stop_reason: str | None = None
         self._stop_sequence: str | None = None
 
     # -- streams ------------------------------------------------------------------
 
-    def feed(self, frame: SSEFrame, payload: object = UNREAD) -> list[Event]:
+    def feed(self, frame: SSEFrame, payload: object = UNSEEN) -> list[Event]:
         data = frame.data
-        if data is None or self._ended or frame.event == "ping":
+        if data is None or self._ended:
+            return []
+        payload = self._seen(frame, payload)
+        if frame.event == "ping":
             return []
         event = object_of(data, payload)
         if event is None:
@@ -124,8 +136,8 @@ class MessagesDecoder(DecoderBase):
         for index, block in enumerate(content if isinstance(content, list) else []):
             if not isinstance(block, dict):
                 continue
-            events += self._block_start({"index": index, "content_block": block})
-            events += self._block_stop(index)
+            state, opened = self._open_block(index, block)
+            events += opened + self._close_block(state)
         self._stop_reason = as_str(body.get("stop_reason"))
         self._stop_sequence = as_str(body.get("stop_sequence"))
         return events + self._end()
@@ -165,48 +177,58 @@ class MessagesDecoder(DecoderBase):
 
     # -- blocks -------------------------------------------------------------------
 
+    def _block(self, index: int | None) -> _Block | None:
+        """The decoder's state of block ``index``, on the reader's item for it."""
+        item = self.reader.blocks.get(index) if index is not None else None
+        state = item.translation if item is not None else None
+        return state if isinstance(state, _Block) else None
+
     def _block_start(self, event: dict[str, Any]) -> list[Event]:
         index = as_int(event.get("index"))
         block = event.get("content_block")
         if index is None or not isinstance(block, dict):
             self._note("a content_block_start without an index or a block was ignored")
             return []
+        state, events = self._open_block(index, block)
+        item = self.reader.blocks.get(index)
+        if item is not None:
+            item.translation = state
+        return events
+
+    def _open_block(self, index: int, block: dict[str, Any]) -> tuple[_Block, list[Event]]:
         events = self._start()
         block_type = as_str(block.get("type")) or "unknown"
         kind = _KINDS.get(block_type)
         if kind is None:
             self._note(f"{block_type} blocks (run by the upstream) were left out")
-            self._left_out.add(index)
-            return events
-        call_id = name = None
+            return _Block(None), events
+        call_id = name = initial = None
         if kind is ItemKind.TOOL_CALL:
             call_id = as_str(block.get("id")) or f"toolu_{index}"
             name = as_str(block.get("name")) or ""
-            initial = block.get("input")  # {} when streamed; the whole input in a body
-            self._initial_input[index] = (
-                orjson.dumps(initial).decode() if isinstance(initial, dict) and initial else ""
-            )
+            given = block.get("input")  # {} when streamed; the whole input in a body
+            initial = orjson.dumps(given).decode() if isinstance(given, dict) and given else ""
         key, opened = self._open_item(kind, call_id=call_id, name=name)
-        self._blocks[index] = key
+        state = _Block(key, initial=initial)
         events += opened
         if block_type == "redacted_thinking":
-            self._signatures[index] = Aggregate(as_str(block.get("data")) or "")
+            state.signature = Aggregate(as_str(block.get("data")) or "")
         elif kind is ItemKind.REASONING:
-            self._signatures[index] = Aggregate(as_str(block.get("signature")) or "")
+            state.signature = Aggregate(as_str(block.get("signature")) or "")
             events += self._delta(key, as_str(block.get("thinking")))
         elif kind is ItemKind.TEXT:
             events += self._delta(key, as_str(block.get("text")))
-        return events
+        return state, events
 
     def _block_delta(self, event: dict[str, Any]) -> list[Event]:
-        index = as_int(event.get("index"))
+        state = self._block(as_int(event.get("index")))
         delta = event.get("delta")
-        key = self._blocks.get(index) if index is not None else None
-        if index in self._left_out:
-            return []
-        if index is None or not self._is_open(key) or not isinstance(delta, dict):
+        if state is not None and state.key is None:
+            return []  # a block left out
+        if state is None or not self._is_open(state.key) or not isinstance(delta, dict):
             self._note("a content_block_delta for a block that is not open was ignored")
             return []
+        key = state.key
         delta_type = delta.get("type")
         if delta_type == "text_delta":
             return self._delta(key, as_str(delta.get("text")))
@@ -215,21 +237,27 @@ class MessagesDecoder(DecoderBase):
         if delta_type == "input_json_delta":
             fragment = as_str(delta.get("partial_json"))
             if fragment:
-                self._initial_input.pop(index, None)
+                state.initial = None
             return self._delta(key, fragment)
         if delta_type == "signature_delta":
             signature = as_str(delta.get("signature"))
             if signature:
-                self._signatures.setdefault(index, Aggregate()).append(signature)
+                if state.signature is None:
+                    state.signature = Aggregate()
+                state.signature.append(signature)
             return []
         if delta_type == "citations_delta":
             self._note("citations were left out")
         return []
 
     def _block_stop(self, index: int | None) -> list[Event]:
-        if index is None or index not in self._blocks:
+        state = self._block(index)
+        return [] if state is None else self._close_block(state)
+
+    def _close_block(self, state: _Block) -> list[Event]:
+        if state.key is None:
             return []
-        key = self._blocks[index]
-        events = self._delta(key, self._initial_input.pop(index, None))
-        signature = self._signatures.pop(index, None)
-        return events + self._close(key, signature.value() if signature else None)
+        events = self._delta(state.key, state.initial)
+        state.initial = None
+        signature, state.signature = state.signature, None
+        return events + self._close(state.key, signature.value() if signature else None)

@@ -35,7 +35,9 @@ import attrs
 import orjson
 
 from ...protocols.aggregate import Aggregate
-from ...protocols.observer import UNREAD
+from ...protocols.observer import UNSEEN
+from ...protocols.responses.reader import ResponsesReader
+from ...protocols.tracking import TrackedItem
 from ...wire.sse import SSEFrame
 from ..ir import CUSTOM_TOOL_PARAMETER, Event, FinishReason, ItemKind, Usage
 from ._base import DecoderBase, as_int, as_str, object_of
@@ -109,21 +111,23 @@ class _Item:
     custom_input: Aggregate = attrs.field(factory=Aggregate)  # custom call: its input so far
 
 
-class ResponsesDecoder(DecoderBase):
+class ResponsesDecoder(DecoderBase[ResponsesReader]):
     """A Responses stream or body, as neutral events; see the module docstring."""
+
+    reader_type = ResponsesReader
 
     def __init__(self) -> None:
         super().__init__()
-        self._items: dict[int, _Item] = {}
-        self._ids: dict[str, int] = {}  # item id -> output_index
+        self._seen_items = 0  # output items announced (added, or done with no added)
         self._called = False
 
     # -- streams ------------------------------------------------------------------
 
-    def feed(self, frame: SSEFrame, payload: object = UNREAD) -> list[Event]:
+    def feed(self, frame: SSEFrame, payload: object = UNSEEN) -> list[Event]:
         data = frame.data
         if data is None or self._ended:
             return []
+        payload = self._seen(frame, payload)
         event = object_of(data, payload)
         if event is None:
             return self._not_an_object(frame, data)
@@ -175,7 +179,7 @@ class ResponsesDecoder(DecoderBase):
     def _late_output(self, response: dict[str, Any]) -> list[Event]:
         """Items of a final ``output`` from a stream that announced none."""
         output = response.get("output")
-        if self._items or not isinstance(output, list):
+        if self._seen_items or not isinstance(output, list):
             return []
         return self._whole_items(output)
 
@@ -210,29 +214,37 @@ class ResponsesDecoder(DecoderBase):
 
     # -- items --------------------------------------------------------------------
 
+    def _tracked(self, output_index: int | None, item_id: str | None) -> TrackedItem | None:
+        """The reader's item an event names (by ``output_index``, else by item id)."""
+        reader = self.reader
+        return reader.items.get(reader.index_for(output_index, item_id))
+
     def _item_of(self, event: dict[str, Any]) -> tuple[int | None, _Item | None]:
         index = as_int(event.get("output_index"))
-        if index is None:
-            item_id = as_str(event.get("item_id"))
-            index = self._ids.get(item_id) if item_id else None
-        return index, self._items.get(index) if index is not None else None
+        tracked = self._tracked(index, as_str(event.get("item_id")))
+        state = tracked.translation if tracked is not None else None
+        return index, state if isinstance(state, _Item) else None
 
     def _on_item_added(self, event: dict[str, Any], response: dict[str, Any]) -> list[Event]:
         index = as_int(event.get("output_index"))
         item = event.get("item")
         if not isinstance(item, dict):
             return []
-        if index is None:
-            index = len(self._items)
-        item_id = as_str(item.get("id"))
-        if item_id:
-            self._ids[item_id] = index
-        return self._add(index, item)
+        state, events = self._add(self._seen_items if index is None else index, item)
+        tracked = self._tracked(index, as_str(item.get("id")))
+        if tracked is not None:
+            tracked.translation = state
+        return events
 
-    def _add(self, index: int, item: dict[str, Any]) -> list[Event]:
+    def _add(self, index: int, item: dict[str, Any]) -> tuple[_Item, list[Event]]:
+        """The decoder's state of a new output item, and its events."""
         item_type = as_str(item.get("type")) or "unknown"
         state = _Item(item_type)
-        self._items[index] = state
+        self._seen_items += 1
+        return state, self._added(state, index, item)
+
+    def _added(self, state: _Item, index: int, item: dict[str, Any]) -> list[Event]:
+        item_type = state.type
         if item_type == "reasoning":
             return []  # opened by its first text, or at its end if it has a signature
         if item_type in ("function_call", "custom_tool_call"):
@@ -417,8 +429,7 @@ class ResponsesDecoder(DecoderBase):
         if state is None:
             if index is None or not item:
                 return []
-            events = self._add(index, item)  # a server that sent no output_item.added
-            state = self._items[index]
+            state, events = self._add(index, item)  # a server that sent no output_item.added
         else:
             events = []
         return events + self._settle(state, item)
@@ -459,9 +470,8 @@ class ResponsesDecoder(DecoderBase):
         events: list[Event] = []
         for item in output:
             if isinstance(item, dict):
-                index = len(self._items)
-                events += self._add(index, item)
-                events += self._settle(self._items[index], item)
+                state, added = self._add(self._seen_items, item)
+                events += added + self._settle(state, item)
         return events
 
 
