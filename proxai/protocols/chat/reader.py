@@ -23,6 +23,7 @@ import orjson
 
 from ...errors import ending_code
 from ...outcome import OutcomeKind
+from ...wire.json_values import str_or_none
 from ..aggregate import Aggregate
 from ..observer import UNREAD
 from ..tracking import ITEM_BYTES, TrackedItem, TrackingObserver
@@ -40,10 +41,6 @@ def synthesized_error(message: str, *, code: str = "server_error") -> bytes:
     """The error chunk and ``[DONE]`` proxai ends a broken Chat Completions stream with."""
     error = {"message": message, "type": "server_error", "param": None, "code": code}
     return b"data: " + orjson.dumps({"error": error}) + b"\n\ndata: [DONE]\n\n"
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 class ChatReader:
@@ -184,7 +181,7 @@ class ChatReader:
         tracker = self._tracker
         function = function if isinstance(function, dict) else {}
         item = self.calls.get(key)
-        call_id = _str(call.get("id"))
+        call_id = str_or_none(call.get("id"))
         carried: object = None
         if item is not None and call_id and item.call_id and call_id != item.call_id:
             # Some servers reuse an index for the next call; a new id means a new call.
@@ -193,7 +190,7 @@ class ChatReader:
             self._close_call(key)
             carried, item = item.translation, None
         if item is None:
-            name = _str(function.get("name"))
+            name = str_or_none(function.get("name"))
             label = (
                 "tool call" + (f" {name}" if name else "") + (f" ({call_id})" if call_id else "")
             )

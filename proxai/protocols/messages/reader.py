@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from ...outcome import TRY_AGAIN, OutcomeKind
+from ...wire.json_values import str_or_none
 from ..observer import UNREAD
 from ..tracking import ITEM_BYTES, TrackedItem, TrackingObserver
 
@@ -42,10 +43,6 @@ def synthesized_error(message: str, *, error_type: str = "api_error") -> bytes:
     """An ``error`` event in the shape the Messages API streams it."""
     payload = {"type": "error", "error": {"type": error_type, "message": message}}
     return b"event: error\ndata: " + orjson.dumps(payload) + b"\n\n"
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 class MessagesReader:
@@ -73,7 +70,7 @@ class MessagesReader:
         if not isinstance(payload, dict):
             tracker.note(f"{event or 'untyped'} event: data is not a JSON object")
             return None
-        kind = _str(payload.get("type")) or event
+        kind = str_or_none(payload.get("type")) or event
         if kind == "content_block_delta":
             self._delta(payload)
         elif kind == "content_block_start":
@@ -107,9 +104,9 @@ class MessagesReader:
         if not isinstance(index, int) or not isinstance(block, dict):
             tracker.note("content_block_start without an index and a block")
             return
-        block_type = _str(block.get("type")) or "block"
-        name = _str(block.get("name"))
-        block_id = _str(block.get("id"))
+        block_type = str_or_none(block.get("type")) or "block"
+        name = str_or_none(block.get("name"))
+        block_id = str_or_none(block.get("id"))
         guarded = block_type.endswith("tool_use")
         label = block_type + (f" {name}" if name else f" block {index}")
         label += f" ({block_id})" if block_id else ""

@@ -28,11 +28,11 @@ import sys
 from typing import Any, Generic, TypeVar
 
 import attrs
-import orjson
 
 from ...config import TimeoutsConfig
 from ...protocols.observer import UNREAD, UNSEEN
 from ...protocols.tracking import StreamLimits, StreamReader, TrackingObserver
+from ...wire.json_values import json_object_or_none
 from ...wire.sse import SSEFrame
 from ..ir import (
     Event,
@@ -47,7 +47,7 @@ from ..ir import (
     Usage,
 )
 
-__all__ = ["DecoderBase", "as_int", "as_str", "load_object", "object_of"]
+__all__ = ["DecoderBase", "as_int", "object_of"]
 
 #: Notes kept per response, so a hostile stream cannot grow them without bound.
 _MAX_NOTES = 32
@@ -57,30 +57,16 @@ _UNBOUNDED = StreamLimits(max_open_items=sys.maxsize, max_kept=sys.maxsize)
 R = TypeVar("R", bound=StreamReader)
 
 
-def as_str(value: Any) -> str | None:
-    """``value`` if it is a string."""
-    return value if isinstance(value, str) else None
-
-
 def as_int(value: Any) -> int | None:
     """``value`` if it is an integer (JSON ``true`` is not a count)."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def load_object(data: bytes) -> dict[str, Any] | None:
-    """The JSON object ``data`` holds, or None for anything else."""
-    try:
-        value = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def object_of(data: bytes, payload: object) -> dict[str, Any] | None:
     """The JSON object of an event's ``data``: what its reader parsed (``payload``), or,
     when it parsed nothing (:data:`~proxai.protocols.observer.UNREAD`), parsed now."""
     if payload is UNREAD:
-        return load_object(data)
+        return json_object_or_none(data)
     return payload if isinstance(payload, dict) else None
 
 

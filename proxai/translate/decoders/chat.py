@@ -37,9 +37,10 @@ import orjson
 
 from ...protocols.chat.reader import ChatReader
 from ...protocols.observer import UNSEEN
+from ...wire.json_values import str_or_none
 from ...wire.sse import SSEFrame
 from ..ir import Event, FinishReason, ItemKind, Usage
-from ._base import DecoderBase, as_int, as_str, object_of
+from ._base import DecoderBase, as_int, object_of
 
 __all__ = ["ChatDecoder", "chat_usage"]
 
@@ -130,7 +131,7 @@ class ChatDecoder(DecoderBase[ChatReader]):
         chunk = object_of(data, payload)
         if frame.event == "error" and (chunk is None or not chunk.get("error")):
             # Groq and others name their in-band error: it ends the stream whatever it says.
-            message = as_str(chunk.get("message")) if chunk else None
+            message = str_or_none(chunk.get("message")) if chunk else None
             return self._fail(message or data.decode("utf-8", "replace")[:500])
         if chunk is None:
             self._note("a data line that is not a JSON object was ignored")
@@ -177,8 +178,8 @@ class ChatDecoder(DecoderBase[ChatReader]):
             return self._error(error)
         events: list[Event] = []
         if not self._started:
-            self._response_id = as_str(chunk.get("id"))
-            model, created = as_str(chunk.get("model")), as_int(chunk.get("created"))
+            self._response_id = str_or_none(chunk.get("id"))
+            model, created = str_or_none(chunk.get("model")), as_int(chunk.get("created"))
             events = self._start(self._response_id, model, created)
         finished_before = self._finish_reason is not None
         usage = chunk.get("usage")
@@ -208,7 +209,7 @@ class ChatDecoder(DecoderBase[ChatReader]):
 
     def _choice(self, choice: dict[str, Any], finished_before: bool) -> list[Event]:
         delta = choice.get("delta")
-        reason = as_str(choice.get("finish_reason"))
+        reason = str_or_none(choice.get("finish_reason"))
         if finished_before:
             if (isinstance(delta, dict) and any(delta.get(k) for k in _CONTENT_FIELDS)) or reason:
                 self._note("choice 0 went on after its finish_reason; ignored")
@@ -238,7 +239,7 @@ class ChatDecoder(DecoderBase[ChatReader]):
             events += self._content_delta(ItemKind.TEXT, _text(content))
         refusal = delta.get("refusal")
         if refusal:
-            events += self._content_delta(ItemKind.REFUSAL, as_str(refusal))
+            events += self._content_delta(ItemKind.REFUSAL, str_or_none(refusal))
         tool_calls = delta.get("tool_calls")
         if tool_calls and isinstance(tool_calls, list):
             for position, call in enumerate(tool_calls):
@@ -263,8 +264,8 @@ class ChatDecoder(DecoderBase[ChatReader]):
 
     def _fragment(self, slot: int | str, call: dict[str, Any], function: Any) -> list[Event]:
         function = function if isinstance(function, dict) else {}
-        call_id = as_str(call.get("id")) or None
-        name = as_str(function.get("name")) or None
+        call_id = str_or_none(call.get("id")) or None
+        name = str_or_none(function.get("name")) or None
         arguments = _arguments(function.get("arguments"))
         events: list[Event] = []
         tracked = self.reader.calls.get((0, slot))
@@ -331,7 +332,7 @@ class ChatDecoder(DecoderBase[ChatReader]):
             return self._fail(
                 str(error.get("message") or error),
                 code=None if code is None else str(code),
-                type=as_str(error.get("type")),
+                type=str_or_none(error.get("type")),
             )
         return self._fail(str(error))
 

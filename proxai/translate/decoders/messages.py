@@ -25,9 +25,10 @@ import orjson
 from ...protocols.aggregate import Aggregate
 from ...protocols.messages.reader import MessagesReader
 from ...protocols.observer import UNSEEN
+from ...wire.json_values import str_or_none
 from ...wire.sse import SSEFrame
 from ..ir import Event, FinishReason, ItemKind, Usage
-from ._base import DecoderBase, as_int, as_str, object_of
+from ._base import DecoderBase, as_int, object_of
 
 __all__ = ["MessagesDecoder", "messages_usage"]
 
@@ -107,7 +108,7 @@ class MessagesDecoder(DecoderBase[MessagesReader]):
         event = object_of(data, payload)
         if event is None:
             return self._not_an_object(frame, data)
-        kind = as_str(event.get("type")) or frame.event
+        kind = str_or_none(event.get("type")) or frame.event
         if kind == "content_block_delta":
             return self._block_delta(event)
         if kind == "content_block_start":
@@ -138,8 +139,8 @@ class MessagesDecoder(DecoderBase[MessagesReader]):
                 continue
             state, opened = self._open_block(index, block)
             events += opened + self._close_block(state)
-        self._stop_reason = as_str(body.get("stop_reason"))
-        self._stop_sequence = as_str(body.get("stop_sequence"))
+        self._stop_reason = str_or_none(body.get("stop_reason"))
+        self._stop_sequence = str_or_none(body.get("stop_sequence"))
         return events + self._end()
 
     # -- message ------------------------------------------------------------------
@@ -148,13 +149,13 @@ class MessagesDecoder(DecoderBase[MessagesReader]):
         usage = message.get("usage")
         if isinstance(usage, dict):
             self._usage.update((k, usage[k]) for k in _USAGE_KEYS if k in usage)
-        return self._start(as_str(message.get("id")), as_str(message.get("model")))
+        return self._start(str_or_none(message.get("id")), str_or_none(message.get("model")))
 
     def _message_delta(self, event: dict[str, Any]) -> list[Event]:
         delta = event.get("delta")
         if isinstance(delta, dict):
-            self._stop_reason = as_str(delta.get("stop_reason")) or self._stop_reason
-            self._stop_sequence = as_str(delta.get("stop_sequence")) or self._stop_sequence
+            self._stop_reason = str_or_none(delta.get("stop_reason")) or self._stop_reason
+            self._stop_sequence = str_or_none(delta.get("stop_sequence")) or self._stop_sequence
         usage = event.get("usage")
         if isinstance(usage, dict):
             # Cumulative; a field it leaves out (or sends as null) keeps its earlier value.
@@ -171,8 +172,8 @@ class MessagesDecoder(DecoderBase[MessagesReader]):
         if not isinstance(error, dict):
             return self._fail(str(error or "error"))
         return self._fail(
-            as_str(error.get("message")) or "the upstream failed",
-            type=as_str(error.get("type")),
+            str_or_none(error.get("message")) or "the upstream failed",
+            type=str_or_none(error.get("type")),
         )
 
     # -- blocks -------------------------------------------------------------------
@@ -197,27 +198,27 @@ class MessagesDecoder(DecoderBase[MessagesReader]):
 
     def _open_block(self, index: int, block: dict[str, Any]) -> tuple[_Block, list[Event]]:
         events = self._start()
-        block_type = as_str(block.get("type")) or "unknown"
+        block_type = str_or_none(block.get("type")) or "unknown"
         kind = _KINDS.get(block_type)
         if kind is None:
             self._note(f"{block_type} blocks (run by the upstream) were left out")
             return _Block(None), events
         call_id = name = initial = None
         if kind is ItemKind.TOOL_CALL:
-            call_id = as_str(block.get("id")) or f"toolu_{index}"
-            name = as_str(block.get("name")) or ""
+            call_id = str_or_none(block.get("id")) or f"toolu_{index}"
+            name = str_or_none(block.get("name")) or ""
             given = block.get("input")  # {} when streamed; the whole input in a body
             initial = orjson.dumps(given).decode() if isinstance(given, dict) and given else ""
         key, opened = self._open_item(kind, call_id=call_id, name=name)
         state = _Block(key, initial=initial)
         events += opened
         if block_type == "redacted_thinking":
-            state.signature = Aggregate(as_str(block.get("data")) or "")
+            state.signature = Aggregate(str_or_none(block.get("data")) or "")
         elif kind is ItemKind.REASONING:
-            state.signature = Aggregate(as_str(block.get("signature")) or "")
-            events += self._delta(key, as_str(block.get("thinking")))
+            state.signature = Aggregate(str_or_none(block.get("signature")) or "")
+            events += self._delta(key, str_or_none(block.get("thinking")))
         elif kind is ItemKind.TEXT:
-            events += self._delta(key, as_str(block.get("text")))
+            events += self._delta(key, str_or_none(block.get("text")))
         return state, events
 
     def _block_delta(self, event: dict[str, Any]) -> list[Event]:
@@ -231,16 +232,16 @@ class MessagesDecoder(DecoderBase[MessagesReader]):
         key = state.key
         delta_type = delta.get("type")
         if delta_type == "text_delta":
-            return self._delta(key, as_str(delta.get("text")))
+            return self._delta(key, str_or_none(delta.get("text")))
         if delta_type == "thinking_delta":
-            return self._delta(key, as_str(delta.get("thinking")))
+            return self._delta(key, str_or_none(delta.get("thinking")))
         if delta_type == "input_json_delta":
-            fragment = as_str(delta.get("partial_json"))
+            fragment = str_or_none(delta.get("partial_json"))
             if fragment:
                 state.initial = None
             return self._delta(key, fragment)
         if delta_type == "signature_delta":
-            signature = as_str(delta.get("signature"))
+            signature = str_or_none(delta.get("signature"))
             if signature:
                 if state.signature is None:
                     state.signature = Aggregate()

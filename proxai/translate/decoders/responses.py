@@ -38,9 +38,10 @@ from ...protocols.aggregate import Aggregate
 from ...protocols.observer import UNSEEN
 from ...protocols.responses.reader import ResponsesReader
 from ...protocols.tracking import TrackedItem
+from ...wire.json_values import str_or_none
 from ...wire.sse import SSEFrame
 from ..ir import CUSTOM_TOOL_PARAMETER, Event, FinishReason, ItemKind, Usage
-from ._base import DecoderBase, as_int, as_str, object_of
+from ._base import DecoderBase, as_int, object_of
 
 __all__ = ["ResponsesDecoder", "responses_usage"]
 
@@ -76,12 +77,12 @@ def _escaped(text: str) -> str:
 def _part_text(part: Any) -> str:
     if not isinstance(part, dict):
         return ""
-    return as_str(part.get("text")) or as_str(part.get("refusal")) or ""
+    return str_or_none(part.get("text")) or str_or_none(part.get("refusal")) or ""
 
 
 def _part_kind(part: Any) -> ItemKind | None:
     """TEXT or REFUSAL for a message content part we carry, else None."""
-    return _PART_KINDS.get(as_str(part.get("type")) or "") if isinstance(part, dict) else None
+    return _PART_KINDS.get(str_or_none(part.get("type")) or "") if isinstance(part, dict) else None
 
 
 def _reasoning_texts(item: dict[str, Any]) -> list[str]:
@@ -131,7 +132,7 @@ class ResponsesDecoder(DecoderBase[ResponsesReader]):
         event = object_of(data, payload)
         if event is None:
             return self._not_an_object(frame, data)
-        kind = as_str(event.get("type")) or frame.event or ""
+        kind = str_or_none(event.get("type")) or frame.event or ""
         response = event.get("response")
         snapshot = response if isinstance(response, dict) else {}
         events = [] if self._started else self._start_from(snapshot)
@@ -165,8 +166,8 @@ class ResponsesDecoder(DecoderBase[ResponsesReader]):
 
     def _start_from(self, response: dict[str, Any]) -> list[Event]:
         return self._start(
-            as_str(response.get("id")),
-            as_str(response.get("model")),
+            str_or_none(response.get("id")),
+            str_or_none(response.get("model")),
             as_int(response.get("created_at")),
         )
 
@@ -189,7 +190,7 @@ class ResponsesDecoder(DecoderBase[ResponsesReader]):
 
     def _incomplete(self, response: dict[str, Any]) -> list[Event]:
         details = response.get("incomplete_details")
-        cause = as_str(details.get("reason")) if isinstance(details, dict) else None
+        cause = str_or_none(details.get("reason")) if isinstance(details, dict) else None
         reason = _INCOMPLETE.get(cause or "", FinishReason.LENGTH)
         return self._finish(reason, responses_usage(response.get("usage")))
 
@@ -199,7 +200,7 @@ class ResponsesDecoder(DecoderBase[ResponsesReader]):
     def _on_error(self, event: dict[str, Any], response: dict[str, Any]) -> list[Event]:
         nested = event.get("error")  # some streams nest it; the documented event is flat
         error = nested if isinstance(nested, dict) else event
-        error_type = as_str(nested.get("type")) if isinstance(nested, dict) else None
+        error_type = str_or_none(nested.get("type")) if isinstance(nested, dict) else None
         return self._failure(error, error_type)
 
     def _failure(self, error: Any, error_type: str | None = None) -> list[Event]:
@@ -207,7 +208,7 @@ class ResponsesDecoder(DecoderBase[ResponsesReader]):
             return self._fail(str(error) if error else "the upstream's response failed")
         code = error.get("code")
         return self._fail(
-            as_str(error.get("message")) or "the upstream's response failed",
+            str_or_none(error.get("message")) or "the upstream's response failed",
             code=None if code is None else str(code),
             type=error_type or None,
         )
@@ -221,7 +222,7 @@ class ResponsesDecoder(DecoderBase[ResponsesReader]):
 
     def _item_of(self, event: dict[str, Any]) -> tuple[int | None, _Item | None]:
         index = as_int(event.get("output_index"))
-        tracked = self._tracked(index, as_str(event.get("item_id")))
+        tracked = self._tracked(index, str_or_none(event.get("item_id")))
         state = tracked.translation if tracked is not None else None
         return index, state if isinstance(state, _Item) else None
 
@@ -231,14 +232,14 @@ class ResponsesDecoder(DecoderBase[ResponsesReader]):
         if not isinstance(item, dict):
             return []
         state, events = self._add(self._seen_items if index is None else index, item)
-        tracked = self._tracked(index, as_str(item.get("id")))
+        tracked = self._tracked(index, str_or_none(item.get("id")))
         if tracked is not None:
             tracked.translation = state
         return events
 
     def _add(self, index: int, item: dict[str, Any]) -> tuple[_Item, list[Event]]:
         """The decoder's state of a new output item, and its events."""
-        item_type = as_str(item.get("type")) or "unknown"
+        item_type = str_or_none(item.get("type")) or "unknown"
         state = _Item(item_type)
         self._seen_items += 1
         return state, self._added(state, index, item)
@@ -249,14 +250,16 @@ class ResponsesDecoder(DecoderBase[ResponsesReader]):
             return []  # opened by its first text, or at its end if it has a signature
         if item_type in ("function_call", "custom_tool_call"):
             self._called = True
-            call_id = as_str(item.get("call_id")) or as_str(item.get("id")) or f"call_{index}"
+            call_id = (
+                str_or_none(item.get("call_id")) or str_or_none(item.get("id")) or f"call_{index}"
+            )
             state.key, events = self._open_item(
-                ItemKind.TOOL_CALL, call_id=call_id, name=as_str(item.get("name")) or ""
+                ItemKind.TOOL_CALL, call_id=call_id, name=str_or_none(item.get("name")) or ""
             )
             if item_type == "custom_tool_call":
                 events += self._delta(state.key, _CUSTOM_OPEN)
-                return events + self._custom_input(state, as_str(item.get("input")))
-            return events + self._streamed(state, state.key, as_str(item.get("arguments")))
+                return events + self._custom_input(state, str_or_none(item.get("input")))
+            return events + self._streamed(state, state.key, str_or_none(item.get("arguments")))
         if item_type != "message":
             self._note(f"{item_type} items (run by the upstream) were left out")
         return []
@@ -337,7 +340,7 @@ class ResponsesDecoder(DecoderBase[ResponsesReader]):
         if state is None or state.type != "message":
             return []
         key, events = self._open_part(state, as_int(event.get("content_index")) or 0, kind)
-        return events + self._streamed(state, key, as_str(event.get("delta")))
+        return events + self._streamed(state, key, str_or_none(event.get("delta")))
 
     def _on_part_done(self, event: dict[str, Any], response: dict[str, Any]) -> list[Event]:
         """``output_text.done``, ``refusal.done``, ``content_part.done``: the part's
@@ -347,13 +350,13 @@ class ResponsesDecoder(DecoderBase[ResponsesReader]):
             return []
         content_index = as_int(event.get("content_index")) or 0
         key = state.parts.get(content_index)
-        text = as_str(event.get("text")) or as_str(event.get("refusal"))
+        text = str_or_none(event.get("text")) or str_or_none(event.get("refusal"))
         if text is None:
             text = _part_text(event.get("part"))
         events: list[Event] = []
         if key is None and text:
             part = event.get("part")
-            part_type = as_str(part.get("type")) if isinstance(part, dict) else None
+            part_type = str_or_none(part.get("type")) if isinstance(part, dict) else None
             refusal = "refusal" in event or part_type == "refusal"
             kind = ItemKind.REFUSAL if refusal else ItemKind.TEXT
             key, events = self._open_part(state, content_index, kind)
@@ -366,7 +369,7 @@ class ResponsesDecoder(DecoderBase[ResponsesReader]):
         _, state = self._item_of(event)
         if state is None or state.type != "reasoning":
             return []
-        delta = as_str(event.get("delta"))
+        delta = str_or_none(event.get("delta"))
         if not delta:
             return []
         summary = as_int(event.get("summary_index"))
@@ -394,25 +397,25 @@ class ResponsesDecoder(DecoderBase[ResponsesReader]):
         _, state = self._item_of(event)
         if state is None or state.type != "function_call":
             return []
-        return self._streamed(state, state.key, as_str(event.get("delta")))
+        return self._streamed(state, state.key, str_or_none(event.get("delta")))
 
     def _on_arguments_done(self, event: dict[str, Any], response: dict[str, Any]) -> list[Event]:
         _, state = self._item_of(event)
         if state is None or state.type != "function_call":
             return []
-        return self._complete(state, state.key, as_str(event.get("arguments")))
+        return self._complete(state, state.key, str_or_none(event.get("arguments")))
 
     def _on_input_delta(self, event: dict[str, Any], response: dict[str, Any]) -> list[Event]:
         _, state = self._item_of(event)
         if state is None or state.type != "custom_tool_call":
             return []
-        return self._custom_input(state, as_str(event.get("delta")))
+        return self._custom_input(state, str_or_none(event.get("delta")))
 
     def _on_input_done(self, event: dict[str, Any], response: dict[str, Any]) -> list[Event]:
         _, state = self._item_of(event)
         if state is None or state.type != "custom_tool_call":
             return []
-        return self._complete_input(state, as_str(event.get("input")))
+        return self._complete_input(state, str_or_none(event.get("input")))
 
     def _complete_input(self, state: _Item, final: str | None) -> list[Event]:
         return self._rest(
@@ -447,7 +450,7 @@ class ResponsesDecoder(DecoderBase[ResponsesReader]):
             for key in state.parts.values():
                 events += self._close(key)
         elif state.type == "reasoning":
-            signature = as_str(item.get("encrypted_content"))
+            signature = str_or_none(item.get("encrypted_content"))
             if state.key is None:
                 text = "\n\n".join(_reasoning_texts(item))
                 if not text and not signature:
@@ -456,10 +459,10 @@ class ResponsesDecoder(DecoderBase[ResponsesReader]):
                 events += self._streamed(state, state.key, text)
             events += self._close(state.key, signature)
         elif state.type == "function_call":
-            events += self._complete(state, state.key, as_str(item.get("arguments")))
+            events += self._complete(state, state.key, str_or_none(item.get("arguments")))
             events += self._close(state.key)
         elif state.type == "custom_tool_call":
-            events += self._complete_input(state, as_str(item.get("input")))
+            events += self._complete_input(state, str_or_none(item.get("input")))
             if self._is_open(state.key):
                 events += self._delta(state.key, _CUSTOM_CLOSE)
             events += self._close(state.key)
