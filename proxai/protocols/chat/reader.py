@@ -24,6 +24,7 @@ import orjson
 from ...errors import ending_code
 from ...outcome import OutcomeKind
 from ...wire.json_values import str_or_none
+from ...wire.sse import sse_event
 from ..aggregate import Aggregate
 from ..observer import UNREAD
 from ..tracking import ITEM_BYTES, TrackedItem, TrackingObserver
@@ -40,7 +41,7 @@ CallKey = tuple[int, int | str]
 def synthesized_error(message: str, *, code: str = "server_error") -> bytes:
     """The error chunk and ``[DONE]`` proxai ends a broken Chat Completions stream with."""
     error = {"message": message, "type": "server_error", "param": None, "code": code}
-    return b"data: " + orjson.dumps({"error": error}) + b"\n\ndata: [DONE]\n\n"
+    return sse_event(None, {"error": error}) + b"data: [DONE]\n\n"
 
 
 class ChatReader:

@@ -25,6 +25,7 @@ import orjson
 
 from ...outcome import TRY_AGAIN, OutcomeKind
 from ...wire.json_values import str_or_none
+from ...wire.sse import sse_event
 from ..observer import UNREAD
 from ..tracking import ITEM_BYTES, TrackedItem, TrackingObserver
 
@@ -42,7 +43,7 @@ _INCOMPLETE_REASONS = frozenset({"max_tokens", "model_context_window_exceeded"})
 def synthesized_error(message: str, *, error_type: str = "api_error") -> bytes:
     """An ``error`` event in the shape the Messages API streams it."""
     payload = {"type": "error", "error": {"type": error_type, "message": message}}
-    return b"event: error\ndata: " + orjson.dumps(payload) + b"\n\n"
+    return sse_event("error", payload)
 
 
 class MessagesReader:

@@ -29,6 +29,7 @@ import orjson
 
 from ...errors import ending_code
 from ...outcome import OutcomeKind
+from ...wire.sse import sse_event
 from ..aggregate import Aggregate
 from ..observer import UNREAD
 from ..tracking import ITEM_BYTES, TrackedItem, TrackingObserver
@@ -80,10 +81,6 @@ def _label(item: OutputItem) -> str:
     return label
 
 
-def _sse(event_type: str, payload: dict[str, Any]) -> bytes:
-    return b"event: " + event_type.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
-
-
 def synthesized_error(
     message: str,
     *,
@@ -123,7 +120,7 @@ def synthesized_error(
         "sequence_number": sequence_number + 1,
         "response": response,
     }
-    return _sse("error", error_event) + _sse("response.failed", failed)
+    return sse_event("error", error_event) + sse_event("response.failed", failed)
 
 
 #: What a text part no delta came for spelled.
