@@ -353,7 +353,10 @@ async def test_sdk_reads_healthy_parallel_calls(start_upstream: Any, proxai_for:
         ]
     )
     upstream = await start_upstream([Script.sse([body], chunk_size=50)])
-    async with proxai_for(upstream, timeouts=FAST_TIMEOUTS) as px:
+    # A healthy stream on real sockets: deadlines far above a loaded machine's pauses (with
+    # FAST_TIMEOUTS' 0.6 s idle, one full run in seven answered 504 before the first event).
+    timeouts = {**FAST_TIMEOUTS, "idle": 10.0, "tool_arguments": 10.0}
+    async with proxai_for(upstream, timeouts=timeouts) as px:
         chunks, error = await trio.to_thread.run_sync(iterate_chat, px.base_url)
         (outcome,) = await px.wait_for_outcomes(1)
     assert error is None
