@@ -123,6 +123,15 @@ class ServerConfig:
     allowed_origins: list[str] = attrs.field(factory=list)
     #: Host names accepted besides localhost and IP addresses (DNS rebinding); "*": any.
     allowed_hosts: list[str] = attrs.field(factory=list)
+    #: Serve the Responses API's WebSocket mode on ``GET /v1/responses`` (off: 426).
+    websocket: bool = True
+    #: Seconds a client socket lives; then ``websocket_connection_limit_reached``.
+    websocket_max_age: float = attrs.field(default=3600.0, validator=_positive)
+    #: ``response.create`` frames a socket holds while one response runs.
+    websocket_max_queued: int = attrs.field(default=16, validator=_positive_int)
+    #: The largest conversation (input and output items, as JSON) a socket keeps
+    #: for ``previous_response_id``.
+    websocket_max_state_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=_positive_int)
 
 
 class UpstreamKind(enum.StrEnum):
@@ -193,6 +202,9 @@ class UpstreamConfig:
     keepalive_expiry: float = attrs.field(default=5.0, validator=_positive)
     #: Idle connections to this upstream kept open at most (0: none are reused).
     max_idle_connections: int = attrs.field(default=256, validator=_non_negative_int)
+    #: Carry a client's Responses WebSocket to this upstream's own (``openai`` and
+    #: ``openai_responses`` upstreams that serve it); off: each turn is an HTTP request.
+    websocket: bool = False
 
     @property
     def url(self) -> str:

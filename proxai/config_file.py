@@ -244,6 +244,11 @@ def _check_upstreams(config: Config, environ: Mapping[str, str]) -> list[str]:
         if upstream.base_url is None and (table != "upstream" or configured):
             problems.append(f"{table}.base_url: required key is missing")
         problems += _check_header_values(table, upstream, environ)
+        if upstream.websocket and not UPSTREAM_PROTOCOLS[upstream.protocol].websocket:
+            problems.append(
+                f"{table}.websocket: a {upstream.protocol.value} upstream has no Responses "
+                "WebSocket (only openai and openai_responses upstreams may)"
+            )
         if upstream.api_key is not None and upstream.api_key_env is not None:
             problems.append(f"{table}.api_key and {table}.api_key_env: set one, not both")
         elif upstream.api_key_env is not None and upstream.api_key_env not in environ:

@@ -192,6 +192,9 @@ class Outcome:
     method: str
     path: str
     kind: OutcomeKind | None = None
+    #: ``http``, or ``websocket`` for a response of a client socket (``socket_id``'s).
+    transport: str = "http"
+    socket_id: str | None = None
     request_id: str | None = None  # also sent to the client and upstream as x-proxai-request-id
     upstream: str | None = None  # the configured upstream's name ("default" for [upstream])
     route: str | None = None  # the [[routes]] entry that matched, if any

@@ -52,8 +52,21 @@ class Metrics:
         self._models: set[str] = set()  # the others given a label, at most max_models
         self.requests = Counter(
             "proxai_requests",
-            "Requests by route, upstream, model and outcome.",
-            ["route", "upstream", "model", "outcome"],
+            "Requests by route, upstream, model, outcome and transport (http, or "
+            "websocket: one per response of a socket).",
+            ["route", "upstream", "model", "outcome", "transport"],
+            registry=registry,
+        )
+        self.websockets_open = Gauge(
+            "proxai_websockets_open",
+            "Client WebSockets open (the Responses WebSocket mode).",
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        self.websocket_connections = Counter(
+            "proxai_websocket_connections",
+            "Client WebSocket upgrades, by result: accepted, or the HTTP status refusing it.",
+            ["result"],
             registry=registry,
         )
         self.stalls = Counter(
@@ -162,7 +175,7 @@ class Metrics:
         upstream = outcome.upstream or ""
         model = self._model(outcome)
         kind = outcome.kind.value if outcome.kind else "unknown"
-        self.requests.labels(outcome.route or "", upstream, model, kind).inc()
+        self.requests.labels(outcome.route or "", upstream, model, kind, outcome.transport).inc()
         if outcome.retry_refused:
             self.retries_refused.inc()
         if outcome.kind in STALLS:

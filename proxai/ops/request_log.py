@@ -77,6 +77,8 @@ def log_fields(outcome: Outcome) -> dict[str, Any]:
         "path": _short(outcome.path),
         "status": outcome.status,
         "outcome": outcome.kind.value if outcome.kind else None,
+        "transport": outcome.transport if outcome.transport != "http" else None,
+        "socket_id": outcome.socket_id,
         "route": outcome.route,
         "upstream": outcome.upstream,
         "attempts": len(outcome.attempts),

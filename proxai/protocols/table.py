@@ -174,6 +174,9 @@ class Api:
     has_instructions: bool = False
     #: Its endpoints proxai answers itself when the upstream does not speak it.
     local_answers: tuple[LocalAnswer, ...] = ()
+    #: ``GET`` of its path with ``Upgrade: websocket`` opens a socket of its requests
+    #: (the Responses WebSocket mode: :mod:`proxai.protocols.responses.socket`).
+    socket: bool = False
 
 
 @attrs.frozen
@@ -196,6 +199,11 @@ class UpstreamProtocol:
     #: What proxai's paths start with that its ``base_url`` already ends in: ``/v1/x``
     #: on proxai is ``{base_url}/x`` upstream.
     base_path: bytes = b"/v1"
+    #: It keeps stored responses itself: a ``previous_response_id`` proxai does not
+    #: know is its to resolve (``store`` true).
+    keeps_state: bool = False
+    #: It may serve the Responses WebSocket (its ``websocket = true`` says it does).
+    websocket: bool = False
 
     def credential(self, key: str) -> tuple[bytes, bytes]:
         """The header carrying ``key`` to this upstream."""
@@ -222,6 +230,7 @@ APIS: tuple[Api, ...] = (
         UpstreamKind.OPENAI,
         resumes_under="/v1/responses/",
         has_instructions=True,
+        socket=True,
     ),
     Api(
         WireApi.CHAT,
@@ -260,6 +269,8 @@ UPSTREAM_PROTOCOLS: dict[UpstreamKind, UpstreamProtocol] = {
         OPENAI_SDK,
         _OPENAI_MISSING,
         translate_to=WireApi.CHAT,
+        keeps_state=True,
+        websocket=True,
     ),
     UpstreamKind.OPENAI_CHAT: UpstreamProtocol(
         UpstreamKind.OPENAI_CHAT,
@@ -276,6 +287,8 @@ UPSTREAM_PROTOCOLS: dict[UpstreamKind, UpstreamProtocol] = {
         OPENAI_SDK,
         _OPENAI_MISSING,
         translate_to=WireApi.RESPONSES,
+        keeps_state=True,
+        websocket=True,
     ),
     UpstreamKind.ANTHROPIC_MESSAGES: UpstreamProtocol(
         UpstreamKind.ANTHROPIC_MESSAGES,

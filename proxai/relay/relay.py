@@ -82,6 +82,8 @@ class StreamSnapshot:
     events: int
     bytes_out: int
     observer: ObserverSnapshot
+    #: The client socket it is a response of (the Responses WebSocket mode).
+    socket_id: str | None = None
 
 
 class _WriterBlocked(Exception):
@@ -179,6 +181,7 @@ class Relay:
             events=outcome.events,
             bytes_out=outcome.bytes_out,
             observer=self._observer.snapshot(self._clock.now()),
+            socket_id=outcome.socket_id,
         )
 
     def stop(self) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import trio
@@ -33,8 +33,9 @@ from ..policy.retry import RetryBudget, RetryPlan
 from ..policy.target import check_head_size, check_path, check_target
 from ..relay.exchange import Exchange, ProxiedRequest, UpstreamTarget
 from ..relay.relay import Relay
-from ..relay.writer import send_error
+from ..relay.writer import Downstream, error_response, send_error
 from ..upstream.client import UpstreamClient
+from ..wire.headers import Headers
 from ..wire.query import query_for_upstream
 from .asgi_io import AsgiDownstream, ASGIReceive, ASGISend, read_body
 from .background import Failures
@@ -42,6 +43,7 @@ from .gate import Gate
 from .live_view import LiveView
 from .local import HEALTH_PATHS, LocalAnswers, send_local_answer
 from .plan import Incoming, Plan, Planner, read_head
+from .socket_endpoint import SocketEndpoint
 
 __all__ = ["OutcomeHook", "ProxaiApp", "UpstreamFactory"]
 
@@ -98,8 +100,10 @@ class ProxaiApp:
             config.live_view,
             self._keys,
             streams=lambda: [relay.snapshot() for relay in self._relays],
+            sockets=lambda: self._sockets.snapshots(),
             draining=lambda: self._gate.draining,
         )
+        self._sockets = SocketEndpoint(self)
         self._local = LocalAnswers(
             config,
             health=self._health,
@@ -155,6 +159,8 @@ class ProxaiApp:
     async def __call__(self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
         if scope["type"] == "http":
             await self._http(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await self._sockets.serve(scope, receive, send)
         elif scope["type"] == "lifespan":
             await self._lifespan(receive, send)
 
@@ -269,6 +275,67 @@ class ProxaiApp:
                 with trio.move_on_after(5, shield=True):
                     await self._captures.save(capture, outcome)
 
+    # -- what the WebSocket endpoint asks of the app -------------------------------------
+
+    @property
+    def planner(self) -> Planner:
+        return self._planner
+
+    def verdict(self, scope: dict[str, Any]) -> Verdict:
+        return self._verdict(scope)
+
+    def incoming(self, scope: dict[str, Any]) -> Incoming:
+        return self._incoming(scope)
+
+    def turn_incoming(self, headers: Headers) -> Incoming:
+        """A socket's turn as the ``POST /v1/responses`` it is carried as."""
+        path = "/v1/responses"
+        return self._incoming(
+            {"method": "POST", "path": path, "query_string": b"", "headers": headers}
+        )
+
+    def error_response(self, error: ProxyError, incoming: Incoming) -> tuple[Headers, bytes]:
+        return error_response(error, incoming.sdk.error_shape, incoming.id_header)
+
+    def admit_socket(self, incoming: Incoming) -> None:
+        """The checks of an upgrade after the browser policy's: draining, the client
+        key, a started proxai."""
+        self._gate.check_open()
+        if self._keys is not None:
+            self._keys.check(incoming.headers, incoming.sdk)
+        if not self._clients:
+            raise ProxyError(503, "proxai is not started", "server_error")
+
+    def admit_turn(self) -> None:
+        """Admit one response of a socket (it counts in max_concurrent_streams)."""
+        self._gate.check_open()
+        self._gate.check_room()
+        self._gate.enter()
+        if self._metrics is not None:
+            self._metrics.in_flight.inc()
+
+    def leave_turn(self) -> None:
+        self._gate.leave()
+        if self._metrics is not None:
+            self._metrics.in_flight.dec()
+
+    def draining(self) -> bool:
+        return self._gate.draining
+
+    async def wait_for_drain(self) -> None:
+        await self._gate.wait_for_drain_request()
+
+    def count_websocket(self, result: str | None, *, opened: int = 0) -> None:
+        if self._metrics is None:
+            return
+        if result is not None:
+            self._metrics.websocket_connections.labels(result).inc()
+        if opened:
+            self._metrics.websockets_open.inc(opened)
+
+    def report(self, outcome: Outcome, *, counted: bool = True) -> None:
+        self._report(outcome, counted=counted)
+
     def _verdict(self, scope: dict[str, Any]) -> Verdict:
         """The method, Host and Origin checks (:mod:`proxai.policy.browser`)."""
         server = scope.get("server")
@@ -324,7 +391,21 @@ class ProxaiApp:
         )
         if capture is not None:
             capture.request.add(body)
-        exchange = await self._exchange(incoming, body, downstream, outcome)
+        await self.relay_request(incoming, body, downstream, outcome, capture)
+
+    async def relay_request(
+        self,
+        incoming: Incoming,
+        body: bytes,
+        downstream: Downstream,
+        outcome: Outcome,
+        capture: Capture | None,
+        clients: Mapping[str, UpstreamClient] | None = None,
+    ) -> None:
+        """Plan a request whose body is in and relay it (raises ProxyError); a socket's
+        turn comes here too, with its own ``clients`` for the upstreams it holds a
+        socket to."""
+        exchange = await self._exchange(incoming, body, downstream, outcome, clients)
         if exchange is None:
             return
         on_attempt = self._metrics.attempt if self._metrics is not None else None
@@ -336,7 +417,12 @@ class ProxaiApp:
             self._relays.discard(relay)
 
     async def _exchange(
-        self, incoming: Incoming, body: bytes, downstream: AsgiDownstream, outcome: Outcome
+        self,
+        incoming: Incoming,
+        body: bytes,
+        downstream: Downstream,
+        outcome: Outcome,
+        clients: Mapping[str, UpstreamClient] | None = None,
     ) -> Exchange | None:
         """Plan the request and make its :class:`Exchange` (``None``: proxai answered it
         itself). The parsed body dies here: a long stream keeps only the bytes each
@@ -349,13 +435,15 @@ class ProxaiApp:
         if plan.local is not None:
             await send_local_answer(plan.local, downstream, outcome, incoming.id_header)
             return None
-        return self._exchange_of(incoming, plan)
+        return self._exchange_of(incoming, plan, clients or {})
 
-    def _exchange_of(self, incoming: Incoming, plan: Plan) -> Exchange:
+    def _exchange_of(
+        self, incoming: Incoming, plan: Plan, clients: Mapping[str, UpstreamClient]
+    ) -> Exchange:
         server = self.config.server
         targets = {}
         for name, target in plan.targets.items():
-            client = self._clients[name]
+            client = clients.get(name) or self._clients[name]
             targets[name] = UpstreamTarget(
                 client,
                 client.timeouts,
@@ -387,9 +475,9 @@ class ProxaiApp:
             response_headers=incoming.id_header,
         )
 
-    def _report(self, outcome: Outcome) -> None:
+    def _report(self, outcome: Outcome, *, counted: bool = True) -> None:
         # Counted before logged: whoever reads the log line finds the request in /metrics.
-        if self._metrics is not None:
+        if self._metrics is not None and counted:
             self._metrics.observe(outcome)
         self._request_log(outcome)
         if self._on_outcome is not None:

@@ -63,9 +63,19 @@ def _stream_json(snapshot: StreamSnapshot) -> dict[str, Any]:
     return fields
 
 
-def snapshot_body(streams: Iterable[StreamSnapshot], now_unix: float) -> bytes:
+def snapshot_body(
+    streams: Iterable[StreamSnapshot], now_unix: float, sockets: Iterable[Any] = ()
+) -> bytes:
+    """The open streams, oldest first, and the open client WebSockets (attrs records:
+    id, age, responses, whether one is in flight, queued frames, state bytes)."""
     ordered = sorted(streams, key=lambda s: -s.age_s)
-    return orjson.dumps({"time": now_unix, "streams": [_stream_json(s) for s in ordered]})
+    return orjson.dumps(
+        {
+            "time": now_unix,
+            "streams": [_stream_json(s) for s in ordered],
+            "sockets": [attrs.asdict(s) for s in sorted(sockets, key=lambda s: -s.age_s)],
+        }
+    )
 
 
 class LiveView:
@@ -78,10 +88,12 @@ class LiveView:
         keys: ClientKeys | None,
         streams: Callable[[], Iterable[StreamSnapshot]],
         draining: Callable[[], bool],
+        sockets: Callable[[], Iterable[Any]] = list,
     ) -> None:
         self._access = LiveViewAccess(config)
         self._keys = keys
         self._streams = streams
+        self._sockets = sockets
         self._draining = draining
         self._max_viewers = config.max_viewers
         #: Event streams open now.
@@ -134,7 +146,7 @@ class LiveView:
         return None
 
     def _body(self) -> bytes:
-        return snapshot_body(self._streams(), time.time())
+        return snapshot_body(self._streams(), time.time(), self._sockets())
 
     async def _events(self, downstream: AsgiDownstream) -> None:
         """A snapshot now and every second, until the client leaves or proxai drains."""
@@ -244,7 +256,10 @@ function render(snapshot) {
     body.appendChild(tr);
   }
   const when = new Date(snapshot.time * 1000).toLocaleTimeString();
-  $("status").textContent = snapshot.streams.length + " open stream(s), updated " + when;
+  const sockets = snapshot.sockets || [];
+  const busy = sockets.filter((s) => s.in_response).length;
+  $("status").textContent = snapshot.streams.length + " open stream(s), " +
+    sockets.length + " WebSocket(s) (" + busy + " in a response), updated " + when;
 }
 
 async function follow() {

@@ -15,6 +15,7 @@ from ..config import Config
 from ..ops.metrics import CONTENT_TYPE_LATEST, Metrics
 from ..outcome import Outcome, OutcomeKind
 from ..policy.browser import Verdict
+from ..relay.writer import Downstream
 from .asgi_io import AsgiDownstream, send_plain
 from .live_view import PREFIX, LiveView
 from .plan import LocalPlan
@@ -91,7 +92,7 @@ class LocalAnswers:
 
 async def send_local_answer(
     local: LocalPlan,
-    downstream: AsgiDownstream,
+    downstream: Downstream,
     outcome: Outcome,
     extra_headers: Sequence[tuple[bytes, bytes]],
 ) -> None:
