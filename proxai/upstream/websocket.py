@@ -285,8 +285,8 @@ class UpstreamSocket:
         """
         if self._busy:
             raise RuntimeError("an upstream socket carries one response at a time")
-        self._busy = True
         frame = create_frame(body)
+        self._busy = True
         turn = _Turn()
         try:
             yield await self._start(turn, frame, method, raw_path, query, client_headers)

@@ -534,3 +534,16 @@ async def test_a_stream_error_with_nothing_after_it_lets_go_of_the_socket_after_
     # Whatever else the upstream says of it must not be read as the next response's.
     closed_at = await closed(upstream.sockets[0])
     assert closed_at == AFTER_TERMINAL_GRACE and not socket.connected
+
+
+async def test_one_response_at_a_time_and_a_bad_body_leaves_the_socket_usable(
+    start: Callable[..., Any],
+) -> None:
+    upstream = await start([SocketScript.events(TURN1_EVENTS[:3], then=[Stall()])])
+    socket = socket_to(upstream.base_url)
+    with pytest.raises(TypeError):
+        await turn(socket, b"[]")
+    async with socket.open("GET", b"/v1/responses", b"", CLIENT_HEADERS, TURN1):
+        with pytest.raises(RuntimeError, match="one response at a time"):
+            await turn(socket, TURN2)
+    assert len(upstream.frames) == 1
