@@ -18,7 +18,7 @@ import trio
 from ..errors import ProxyError
 from ..outcome import AttemptRecord, Outcome
 from ..policy.retry import retry_after_header
-from ..upstream.client import UpstreamResponse
+from ..upstream.client import UpstreamReply
 from .ending import head_timeout
 from .exchange import Exchange, UpstreamTarget
 
@@ -36,7 +36,7 @@ async def open_upstream(
     started: float,
     total_deadline: float,
     on_attempt: AttemptHook | None = None,
-) -> tuple[UpstreamTarget, UpstreamResponse | ProxyError]:
+) -> tuple[UpstreamTarget, UpstreamReply | ProxyError]:
     """Try the route's upstreams until one answers for good; the last one tried and
     its answer (a response, whatever its status, or the failure before any).
 
@@ -81,7 +81,7 @@ async def _attempt(
     exchange: Exchange,
     target: UpstreamTarget,
     total_deadline: float,
-) -> UpstreamResponse | ProxyError:
+) -> UpstreamReply | ProxyError:
     """One attempt: the upstream's response (on ``attempt_stack``), or how it failed
     before one, within ``first_byte`` (or ``total``)."""
     request = exchange.request

@@ -16,7 +16,7 @@ from ..errors import ErrorShape
 from ..policy.retry import RetryPlan
 from ..protocols.observer import ObserverFactory, pass_through
 from ..translate.stream import TranslatorFactory
-from ..upstream.client import UpstreamClient
+from ..upstream.client import Upstream
 from ..wire.headers import Headers
 
 __all__ = [
@@ -89,7 +89,7 @@ class UpstreamTarget:
     """One upstream a request may go to: its client, deadlines and the request it gets
     (normalization, model rewrites and translation differ per upstream)."""
 
-    client: UpstreamClient
+    client: Upstream
     timeouts: TimeoutsConfig
     body: bytes
     #: Builds the observer of this upstream's stream (its API's, with its deadlines).

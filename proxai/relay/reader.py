@@ -16,7 +16,7 @@ import attrs
 import trio
 
 from ..outcome import Outcome, OutcomeKind
-from ..upstream.client import UpstreamBroken, UpstreamResponse
+from ..upstream.client import UpstreamBroken, UpstreamReply
 from ..wire.coding import CorruptCoding, Decoder, coding_names, content_codings, decodable
 from ..wire.headers import Headers
 from ..wire.sse import SSEFramer
@@ -83,7 +83,7 @@ def reading_for(status: int, headers: Headers) -> Reading:
 
 
 async def read_body(
-    response: UpstreamResponse,
+    response: UpstreamReply,
     channel: trio.MemorySendChannel[ToObserver],
     *,
     clock: UpstreamClock,

@@ -44,7 +44,7 @@ from ..protocols.observer import (
     Verdict,
 )
 from ..protocols.tracking import AFTER_TERMINAL_GRACE
-from ..upstream.client import UpstreamResponse
+from ..upstream.client import UpstreamReply
 from ..wire.sse import SSEFrame
 from . import ending
 from .attempts import AttemptHook, open_upstream
@@ -240,7 +240,7 @@ class Relay:
                 )
 
     async def _read_body(
-        self, response: UpstreamResponse, channel: trio.MemorySendChannel[ToObserver]
+        self, response: UpstreamReply, channel: trio.MemorySendChannel[ToObserver]
     ) -> None:
         self.outcome.first_byte_s = self._elapsed()
         self._sent_head = True

@@ -34,7 +34,8 @@ from ..policy.target import check_head_size, check_path, check_target
 from ..relay.exchange import Exchange, ProxiedRequest, UpstreamTarget
 from ..relay.relay import Relay
 from ..relay.writer import Downstream, error_response, send_error
-from ..upstream.client import UpstreamClient
+from ..upstream.client import Upstream, UpstreamClient
+from ..upstream.websocket import StreamOpener, UpstreamSocket
 from ..wire.headers import Headers
 from ..wire.query import query_for_upstream
 from .asgi_io import AsgiDownstream, ASGIReceive, ASGISend, read_body
@@ -63,6 +64,7 @@ class ProxaiApp:
         on_outcome: OutcomeHook | None = None,
         on_capture_saved: CaptureHook | None = None,
         upstream_factory: UpstreamFactory = UpstreamClient,
+        socket_opener: StreamOpener | None = None,
     ) -> None:
         self.config = config
         self._planner = Planner(config)
@@ -76,6 +78,8 @@ class ProxaiApp:
         #: Started once and shut down since: /healthz says "stopped", not "starting".
         self._stopped = False
         self._upstream_factory = upstream_factory
+        #: How upstream WebSockets connect (``None``: TCP; tests connect in memory).
+        self._socket_opener = socket_opener
         self._on_outcome = on_outcome
         self._relays: set[Relay] = set()
         #: The idle-connection sweep's scope: it ends before the pools close.
@@ -393,6 +397,19 @@ class ProxaiApp:
             capture.request.add(body)
         await self.relay_request(incoming, body, downstream, outcome, capture)
 
+    def upstream_socket(self, name: str) -> UpstreamSocket:
+        """A new upstream WebSocket to ``name`` (a ``websocket = true`` upstream), for
+        one client socket: it connects on its first response and is closed with it."""
+        upstream = self.config.upstream_named(name)
+        assert upstream is not None and upstream.websocket
+        return UpstreamSocket(
+            upstream,
+            self.config.timeouts_for(name),
+            name=name,
+            max_message_bytes=self.config.server.max_event_bytes,
+            open_stream=self._socket_opener,
+        )
+
     async def relay_request(
         self,
         incoming: Incoming,
@@ -400,7 +417,7 @@ class ProxaiApp:
         downstream: Downstream,
         outcome: Outcome,
         capture: Capture | None,
-        clients: Mapping[str, UpstreamClient] | None = None,
+        clients: Mapping[str, Upstream] | None = None,
     ) -> None:
         """Plan a request whose body is in and relay it (raises ProxyError); a socket's
         turn comes here too, with its own ``clients`` for the upstreams it holds a
@@ -422,7 +439,7 @@ class ProxaiApp:
         body: bytes,
         downstream: Downstream,
         outcome: Outcome,
-        clients: Mapping[str, UpstreamClient] | None = None,
+        clients: Mapping[str, Upstream] | None = None,
     ) -> Exchange | None:
         """Plan the request and make its :class:`Exchange` (``None``: proxai answered it
         itself). The parsed body dies here: a long stream keeps only the bytes each
@@ -438,7 +455,7 @@ class ProxaiApp:
         return self._exchange_of(incoming, plan, clients or {})
 
     def _exchange_of(
-        self, incoming: Incoming, plan: Plan, clients: Mapping[str, UpstreamClient]
+        self, incoming: Incoming, plan: Plan, clients: Mapping[str, Upstream]
     ) -> Exchange:
         server = self.config.server
         targets = {}

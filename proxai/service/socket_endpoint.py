@@ -38,7 +38,7 @@ from ..protocols.responses.socket import (
     warm_up_events,
 )
 from ..protocols.table import UPSTREAM_PROTOCOLS, api_for
-from ..upstream.client import UpstreamClient
+from ..upstream.websocket import UpstreamSocket
 from .asgi_io import ASGIReceive, ASGISend
 from .plan import Incoming
 from .socket_io import ClientSocket, TurnDownstream
@@ -73,7 +73,7 @@ class _Socket:
     conversation: Conversation
     responses: int = 0
     #: The upstream sockets it holds (``websocket = true`` upstreams), by upstream name.
-    upstream_sockets: dict[str, Any] = attrs.field(factory=dict)
+    upstream_sockets: dict[str, UpstreamSocket] = attrs.field(factory=dict)
 
 
 class SocketEndpoint:
@@ -227,7 +227,10 @@ class SocketEndpoint:
             route = app.planner.route(incoming, model if isinstance(model, str) else None)
             first = self._upstream(route.upstreams[0])
             if first.websocket:
-                body = orjson.dumps({k: v for k, v in frame.items() if k != "type"})
+                # The frame's fields in their order; ``stream`` said, as the socket implies.
+                body = orjson.dumps(
+                    {**{k: v for k, v in frame.items() if k != "type"}, "stream": True}
+                )
                 clients = {
                     name: self._upstream_socket(state, name)
                     for name in route.upstreams
@@ -284,6 +287,10 @@ class SocketEndpoint:
         assert upstream is not None  # routes name configured upstreams only
         return upstream
 
-    def _upstream_socket(self, state: _Socket, name: str) -> UpstreamClient:
-        """The upstream socket this client socket holds to ``name`` (opened on first use)."""
-        raise NotImplementedError(name)
+    def _upstream_socket(self, state: _Socket, name: str) -> UpstreamSocket:
+        """The upstream socket this client socket holds to ``name`` (made on first use,
+        closed when the client socket ends)."""
+        upstream = state.upstream_sockets.get(name)
+        if upstream is None:
+            upstream = state.upstream_sockets[name] = self._app.upstream_socket(name)
+        return upstream

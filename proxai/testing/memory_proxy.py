@@ -23,6 +23,7 @@ from ..upstream.client import UpstreamClient
 from .memory import ScriptTransport
 from .streams import payloads
 from .upstream import Responder, Script
+from .ws_upstream import ScriptedSocketUpstream
 
 __all__ = ["MEMORY_TIMEOUTS", "MemoryExchange", "MemoryProxy"]
 
@@ -80,17 +81,25 @@ class MemoryProxy:
         routes: list[dict[str, Any]] | None = None,
         retries: dict[str, Any] | None = None,
         auth: dict[str, Any] | None = None,
+        upstream: dict[str, Any] | None = None,
+        socket_upstream: ScriptedSocketUpstream | None = None,
         **timeouts: float,
     ) -> None:
         """``upstreams`` adds ``[upstreams.NAME]`` tables; every upstream plays ``responder``.
 
         Retries are off (``max_attempts = 1``) unless ``retries`` is given, so a fault
         shows as it is even on a route of several upstreams; tests of retries turn them
-        on (``retries={}``: proxai's defaults).
+        on (``retries={}``: proxai's defaults). ``upstream`` adds keys to the default
+        ``[upstream]``. ``socket_upstream``: where the
+        ``websocket = true`` upstreams' sockets connect, in memory (it must be serving).
         """
         self.transport = ScriptTransport(responder)
         overrides: dict[str, Any] = {
-            "upstream": {"base_url": "http://upstream.test/v1", "api_key": "sk-up"},
+            "upstream": {
+                "base_url": "http://upstream.test/v1",
+                "api_key": "sk-up",
+                **(upstream or {}),
+            },
             "timeouts": {**MEMORY_TIMEOUTS, **timeouts},
             "retries": retries if retries is not None else {"max_attempts": 1},
         }
@@ -110,6 +119,7 @@ class MemoryProxy:
             upstream_factory=lambda upstream, timeouts, name: UpstreamClient(
                 upstream, timeouts, transport=self.transport, name=name
             ),
+            socket_opener=None if socket_upstream is None else socket_upstream.open_stream,
         )
 
     async def __aenter__(self) -> MemoryProxy:

@@ -419,8 +419,13 @@ class ScriptedUpstream:
         if isinstance(step, Stall):
             await trio.sleep(math.inf)
         if isinstance(step, Reset):
-            raw = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
-            assert isinstance(raw, trio.SocketStream)
-            raw.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            reset_on_close(stream)
         await stream.aclose()
         return False
+
+
+def reset_on_close(stream: trio.abc.Stream) -> None:
+    """Make closing ``stream`` (a socket's, or TLS over one) abort it with a TCP reset."""
+    raw = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+    assert isinstance(raw, trio.SocketStream)
+    raw.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))

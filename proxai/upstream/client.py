@@ -13,7 +13,7 @@ import math
 import ssl
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol
 
 import attrs
@@ -31,11 +31,18 @@ from .transport import PoolTransport, SweptPool
 __all__ = [
     "ConnectionState",
     "PoolStatistics",
+    "Upstream",
     "UpstreamBroken",
     "UpstreamClient",
+    "UpstreamReply",
     "UpstreamResponse",
     "UrlCache",
+    "closed_before_answer",
+    "connect_timeout",
     "connections_to_close",
+    "request_invalid",
+    "unreachable",
+    "upstream_url",
 ]
 
 
@@ -53,6 +60,44 @@ URL_CACHE_TARGET_BYTES = 1024
 
 class UpstreamBroken(Exception):
     """The upstream connection failed after the response started (reset, bad framing)."""
+
+
+class UpstreamReply(Protocol):
+    """What the relay reads of an upstream's answer: an HTTP response
+    (:class:`UpstreamResponse`) or one response over an upstream WebSocket
+    (:mod:`proxai.upstream.websocket`)."""
+
+    @property
+    def status(self) -> int: ...
+    @property
+    def headers(self) -> Headers: ...
+    @property
+    def method(self) -> str: ...
+    @property
+    def anomaly(self) -> str | None: ...
+    def iter_body(self) -> AsyncIterator[bytes]: ...
+
+
+class Upstream(Protocol):
+    """What the relay asks of an upstream: its settings, and a request opened on it
+    (:class:`UpstreamClient` over HTTP, :class:`~proxai.upstream.websocket.UpstreamSocket`
+    over one client socket's upstream WebSocket)."""
+
+    @property
+    def config(self) -> UpstreamConfig: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def timeouts(self) -> TimeoutsConfig: ...
+
+    def open(
+        self,
+        method: str,
+        raw_path: bytes,
+        query: bytes,
+        client_headers: Iterable[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> AbstractAsyncContextManager[UpstreamReply]: ...
 
 
 @attrs.define
@@ -186,6 +231,66 @@ def _reason(exc: BaseException) -> str:
     return ""
 
 
+def upstream_url(base: httpx.URL, base_path: bytes, raw_path: bytes, query: bytes) -> httpx.URL:
+    """The upstream URL of a path and query on proxai: ``/v1/responses`` on proxai maps to
+    ``{base_url}/responses`` upstream (the prefix ``base``'s path holds is its protocol's
+    ``base_path``).
+
+    The path goes out as the client encoded it (``%2F`` stays ``%2F``): decoding
+    and re-encoding could turn an escaped ``?`` or ``/`` into a real one.
+    """
+    suffix = raw_path[len(base_path) :] if raw_path.startswith(base_path) else raw_path
+    target = base.raw_path.rstrip(b"/") + suffix
+    if query:
+        target += b"?" + query
+    return base.copy_with(raw_path=target)
+
+
+def connect_timeout(seconds: float) -> ProxyError:
+    """No connection within ``timeouts.connect``."""
+    return ProxyError(
+        502,
+        f"could not connect to the upstream within {seconds} s",
+        "server_error",
+        code="upstream_connect_timeout",
+        kind=OutcomeKind.UPSTREAM_UNREACHABLE,
+    )
+
+
+def unreachable(exc: BaseException) -> ProxyError:
+    """No connection could be made (refused, no such host, TLS failed): ``exc`` says why."""
+    return ProxyError(
+        502,
+        f"could not reach the upstream: {type(exc).__name__}: {_reason(exc)}".rstrip(": "),
+        "server_error",
+        code="upstream_unreachable",
+        kind=OutcomeKind.UPSTREAM_UNREACHABLE,
+    )
+
+
+def request_invalid() -> ProxyError:
+    """The request could not be written (h11 refuses a header value, say). The library's
+    message quotes the value, which may be a key: say nothing of it."""
+    return ProxyError(
+        502,
+        "proxai could not send the request upstream: a header proxai adds is not "
+        "valid HTTP (check this upstream's api_key and headers)",
+        "server_error",
+        code="upstream_request_invalid",
+    )
+
+
+def closed_before_answer(detail: str, *, reset: bool) -> ProxyError:
+    """Connected, then the upstream closed (``reset``: or reset) before it answered."""
+    return ProxyError(
+        502,
+        f"the upstream closed the connection before answering: {detail}".rstrip(": "),
+        "server_error",
+        code="upstream_reset" if reset else "upstream_closed",
+        kind=OutcomeKind.UPSTREAM_RESET if reset else OutcomeKind.UPSTREAM_EOF,
+    )
+
+
 class UpstreamClient:
     """A pooled HTTP client for one upstream base URL, with proxai's credentials."""
 
@@ -294,18 +399,7 @@ class UpstreamClient:
         return self._urls
 
     def _build_url(self, raw_path: bytes, query: bytes) -> httpx.URL:
-        """``/v1/responses`` on proxai maps to ``{base_url}/responses`` upstream (the
-        prefix its ``base_url`` holds is its protocol's ``base_path``).
-
-        The path goes out as the client encoded it (``%2F`` stays ``%2F``): decoding
-        and re-encoding could turn an escaped ``?`` or ``/`` into a real one.
-        """
-        prefix = self._base_path
-        suffix = raw_path[len(prefix) :] if raw_path.startswith(prefix) else raw_path
-        target = self._base.raw_path.rstrip(b"/") + suffix
-        if query:
-            target += b"?" + query
-        return self._base.copy_with(raw_path=target)
+        return upstream_url(self._base, self._base_path, raw_path, query)
 
     @asynccontextmanager
     async def open(
@@ -371,39 +465,13 @@ class UpstreamClient:
         try:
             response = await self._transports[shard].handle_async_request(request)
         except httpx.ConnectTimeout:
-            raise ProxyError(
-                502,
-                f"could not connect to the upstream within {self.timeouts.connect} s",
-                "server_error",
-                code="upstream_connect_timeout",
-                kind=OutcomeKind.UPSTREAM_UNREACHABLE,
-            ) from None
+            raise connect_timeout(self.timeouts.connect) from None
         except (httpx.ConnectError, httpx.UnsupportedProtocol) as exc:
-            raise ProxyError(
-                502,
-                f"could not reach the upstream: {type(exc).__name__}: {_reason(exc)}".rstrip(": "),
-                "server_error",
-                code="upstream_unreachable",
-                kind=OutcomeKind.UPSTREAM_UNREACHABLE,
-            ) from None
+            raise unreachable(exc) from None
         except httpx.LocalProtocolError:
-            # The request could not be written (h11 refuses a header value, say). Its
-            # message quotes the value, which may be a key: say nothing of it.
-            raise ProxyError(
-                502,
-                "proxai could not send the request upstream: a header proxai adds is not "
-                "valid HTTP (check this upstream's api_key and headers)",
-                "server_error",
-                code="upstream_request_invalid",
-            ) from None
+            raise request_invalid() from None
         except httpx.TransportError as exc:
             # Connected, then the upstream closed or reset before its response headers.
             reset = isinstance(exc, httpx.ReadError | httpx.WriteError)
-            raise ProxyError(
-                502,
-                f"the upstream closed the connection before answering: {exc}".rstrip(": "),
-                "server_error",
-                code="upstream_reset" if reset else "upstream_closed",
-                kind=OutcomeKind.UPSTREAM_RESET if reset else OutcomeKind.UPSTREAM_EOF,
-            ) from None
+            raise closed_before_answer(str(exc), reset=reset) from None
         return response

@@ -31,6 +31,7 @@ from proxai.testing.seed import (
 )
 from proxai.testing.upstream import RecordedRequest, Script, Send, Stall
 from proxai.testing.upstream import sse_event as up_event
+from proxai.testing.ws_upstream import RecordedFrame, ScriptedSocketUpstream, SocketScript
 
 CHAT = {"chat": {"base_url": "http://chat.test/v1", "protocol": "openai_chat"}}
 
@@ -549,3 +550,96 @@ async def test_upgrade_and_each_response_leave_a_record(
     assert turn.method == "response.create" and turn.transport == "websocket"
     assert upgrade.method == "GET" and upgrade.status == 101
     assert upgrade.socket_id == turn.socket_id and upgrade.events == 1
+
+
+# -- an upstream that speaks the WebSocket mode itself (websocket = true) ---------------
+
+WS = {"websocket": True}
+
+
+def ws_seed(frame: RecordedFrame) -> SocketScript:
+    """The seed's turns, played by a Responses WebSocket upstream."""
+    turn2 = frame.json().get("previous_response_id") == "resp_01"
+    return SocketScript.events(TURN2_EVENTS if turn2 else TURN1_EVENTS)
+
+
+async def test_seed_over_a_socket_to_a_websocket_upstream_is_one_upstream_socket(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """websocket = true: one upstream socket for the client socket, each frame relayed
+    (the client's fields in order, ``stream`` said), each event frame back unchanged."""
+    upstream = ScriptedSocketUpstream(ws_seed)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(upstream.serve)
+        async with MemoryProxy([turn1_script()], upstream=WS, socket_upstream=upstream) as proxy:
+            async with open_memory_socket(
+                proxy.app, headers=[(b"openai-beta", b"responses_websockets=2026-02-06")]
+            ) as ws:
+                await ws.send(create(TURN1_REQUEST))
+                texts = [(await ws.receive())[1] for _ in TURN1_EVENTS]
+                await ws.send(create(TURN2_REQUEST))
+                assert await ws.response() == TURN2_EVENTS
+            (socket,) = upstream.sockets
+            await socket.wait_closed()
+        nursery.cancel_scope.cancel()
+    assert texts == [f.decode() for f in SocketScript.events(TURN1_EVENTS).frames]
+    assert proxy.transport.requests == []  # nothing went over HTTP
+    first, second = (f.json() for f in upstream.frames)
+    assert first["type"] == "response.create" and first["stream"] is True
+    assert [k for k in first if k not in ("type", "stream")] == [
+        k for k in TURN1_REQUEST if k != "stream"
+    ]
+    assert second["previous_response_id"] == "resp_01"
+    assert socket.header("openai-beta") == "responses_websockets=2026-02-06"
+    assert socket.header("authorization") == "Bearer sk-up"
+    assert socket.closed_by_client and socket.close_code == 1000
+    turns = [o for o in proxy.outcomes if o.method == "response.create"]
+    assert [o.kind for o in turns] == [OutcomeKind.COMPLETED, OutcomeKind.COMPLETED]
+
+
+async def test_client_hang_up_closes_the_upstream_socket_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    stalled = SocketScript.events(TURN1_EVENTS[:3], then=[Stall()])
+    upstream = ScriptedSocketUpstream([stalled])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(upstream.serve)
+        async with MemoryProxy([turn1_script()], upstream=WS, socket_upstream=upstream) as proxy:
+            async with open_memory_socket(proxy.app) as ws:
+                await ws.send(create(TURN1_REQUEST))
+                for _ in range(3):
+                    await ws.frame()
+                await trio.sleep(1)
+                hung_up = trio.current_time()
+                await ws.close()
+                await ws.finished.wait()
+            (socket,) = upstream.sockets
+            closed = await socket.wait_closed()
+        nursery.cancel_scope.cancel()
+    assert closed - hung_up < 0.1
+    turn = next(o for o in proxy.outcomes if o.method == "response.create")
+    assert turn.kind is OutcomeKind.CLIENT_DISCONNECTED
+
+
+async def test_a_websocket_upstream_error_frame_is_the_clients_error_frame(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    error = {"type": "rate_limit_error", "code": "rate_limit_exceeded", "message": "slow down"}
+    upstream = ScriptedSocketUpstream(
+        [SocketScript.error(429, error, {"retry-after": "7"}), SocketScript.events(TURN1_EVENTS)]
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(upstream.serve)
+        async with MemoryProxy([turn1_script()], upstream=WS, socket_upstream=upstream) as proxy:
+            async with open_memory_socket(proxy.app) as ws:
+                await ws.send(create(TURN1_REQUEST))
+                frame = await ws.frame()
+                await ws.send(create(TURN1_REQUEST))
+                again = await ws.response()
+        nursery.cancel_scope.cancel()
+    assert isinstance(frame, dict) and frame["type"] == "error" and frame["status"] == 429
+    assert frame["error"]["code"] == "rate_limit_exceeded"
+    assert frame["headers"]["retry-after"] == "7"
+    assert frame["error"]["headers"]["retry-after"] == "7"
+    assert again == TURN1_EVENTS
+    assert len(upstream.sockets) == 1  # the socket was kept after the error frame
