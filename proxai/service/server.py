@@ -25,6 +25,7 @@ from hypercorn.utils import wrap_app
 
 from ..config import Config
 from ..ops.capture import CaptureHook
+from . import ws_deflate
 from .app import OutcomeHook, ProxaiApp
 from .gate import shutdown_budget
 
@@ -55,6 +56,10 @@ def hypercorn_config(config: Config) -> HypercornConfig:
     hc.workers = server.workers
     hc.h11_max_incomplete_size = server.max_header_bytes
     hc.h2_max_header_list_size = server.max_header_bytes
+    # A client WebSocket's message is a request body: the same bound, after inflation
+    # for a permessage-deflate socket (ws_deflate), and 1009 over it.
+    hc.websocket_max_message_size = server.max_request_body_bytes
+    ws_deflate.install(server.max_request_body_bytes)
     # proxai's drain ends every stream within the shutdown budget; this is a backstop.
     hc.graceful_timeout = shutdown_budget(server) + 1.0
     # Hypercorn's default listen backlog (100) drops the SYNs of a burst of new

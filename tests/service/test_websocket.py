@@ -630,12 +630,14 @@ async def test_a_websocket_upstream_error_frame_is_the_clients_error_frame(
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(upstream.serve)
-        async with MemoryProxy([turn1_script()], upstream=WS, socket_upstream=upstream) as proxy:
-            async with open_memory_socket(proxy.app) as ws:
-                await ws.send(create(TURN1_REQUEST))
-                frame = await ws.frame()
-                await ws.send(create(TURN1_REQUEST))
-                again = await ws.response()
+        async with (
+            MemoryProxy([turn1_script()], upstream=WS, socket_upstream=upstream) as proxy,
+            open_memory_socket(proxy.app) as ws,
+        ):
+            await ws.send(create(TURN1_REQUEST))
+            frame = await ws.frame()
+            await ws.send(create(TURN1_REQUEST))
+            again = await ws.response()
         nursery.cancel_scope.cancel()
     assert isinstance(frame, dict) and frame["type"] == "error" and frame["status"] == 429
     assert frame["error"]["code"] == "rate_limit_exceeded"
