@@ -36,6 +36,7 @@ from ..relay.relay import Relay
 from ..relay.writer import send_error
 from ..upstream.client import UpstreamClient
 from ..wire.query import query_for_upstream
+from ..wire.request_coding import decode_request_body
 from .asgi_io import AsgiDownstream, ASGIReceive, ASGISend, read_body
 from .background import Failures
 from .gate import Gate
@@ -322,6 +323,7 @@ class ProxaiApp:
             limit=server.max_request_body_bytes,
             seconds=self.config.timeouts.request_body,
         )
+        body = decode_request_body(incoming.headers, body, limit=server.max_request_body_bytes)
         if capture is not None:
             capture.request.add(body)
         exchange = await self._exchange(incoming, body, downstream, outcome)

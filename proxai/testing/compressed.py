@@ -19,7 +19,7 @@ if sys.version_info >= (3, 14):
 else:
     from backports import zstd
 
-__all__ = ["ENCODERS", "MIB", "compress", "header_name", "zeros_bomb"]
+__all__ = ["ENCODERS", "MIB", "compress", "header_name", "zeros_bomb", "zstd_with_window"]
 
 MIB = 1 << 20
 
@@ -56,6 +56,17 @@ def compress(body: bytes, *codings: str) -> tuple[bytes, bytes]:
     for coding in codings:
         body = ENCODERS[coding](body)
     return body, ", ".join(header_name(c) for c in codings).encode()
+
+
+def zstd_with_window(body: bytes, window_log: int) -> bytes:
+    """``body`` as one zstd frame that asks for a window of ``2**window_log`` bytes (its
+    size left out of the header, as a streaming encoder does)."""
+    options: dict[int, int] = {
+        zstd.CompressionParameter.window_log: window_log,
+        zstd.CompressionParameter.compression_level: 1,
+    }
+    compressor = zstd.ZstdCompressor(options=options)
+    return compressor.compress(body) + compressor.flush()
 
 
 def zeros_bomb(coding: str, mib: int) -> bytes:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxai.errors import ProxyError
-from proxai.testing.compressed import ENCODERS, MIB, compress, zeros_bomb
+from proxai.testing.compressed import ENCODERS, MIB, compress, zeros_bomb, zstd_with_window
 from proxai.wire.coding import PIECE_BYTES
 from proxai.wire.request_coding import (
     ACCEPT_ENCODING,
@@ -143,6 +143,14 @@ def test_data_not_valid_in_its_coding_gets_400_naming_the_coding(coding: str, bo
         "invalid_content_encoding",
     )
     assert error.message.startswith(f"request body is not valid {coding} data")
+
+
+def test_a_zstd_frame_asking_for_a_window_over_128_mib_is_refused() -> None:
+    # zstd's default window_log_max (27): the decoder's own memory stays bounded too.
+    assert decode(zstd_with_window(b"{}", 27), b"zstd") == b"{}"
+    error = refusal(zstd_with_window(b"{}", 28), b"zstd")
+    assert (error.status, error.code) == (400, "invalid_content_encoding")
+    assert "too much memory" in error.message
 
 
 def test_a_stage_that_fails_is_named() -> None:
