@@ -26,6 +26,7 @@ __all__ = [
     "anthropic_error_type",
     "ending_code",
     "error_body",
+    "request_too_large",
     "shutdown_error",
 ]
 
@@ -121,6 +122,19 @@ class ProxyError(Exception):
         cls, message: str, *, param: str | None = None, code: str | None = None
     ) -> ProxyError:
         return cls(400, message, "invalid_request_error", param, code)
+
+
+def request_too_large(limit: int, *, decoded: bool = False) -> ProxyError:
+    """413 for a request body over ``server.max_request_body_bytes``, as it arrived or
+    (``decoded``) once its content codings are undone."""
+    once = " once decoded" if decoded else ""
+    return ProxyError(
+        413,
+        f"request body is larger than the limit of {limit} bytes{once} "
+        "(server.max_request_body_bytes)",
+        "invalid_request_error",
+        code="request_too_large",
+    )
 
 
 SHUTDOWN_MESSAGE = "proxai is shutting down; retry the request"

@@ -38,6 +38,7 @@ from ..upstream.client import Upstream, UpstreamClient
 from ..upstream.websocket import StreamOpener, UpstreamSocket
 from ..wire.headers import Headers
 from ..wire.query import query_for_upstream
+from ..wire.request_coding import decode_request_body
 from .asgi_io import AsgiDownstream, ASGIReceive, ASGISend, read_body
 from .background import Failures
 from .gate import Gate
@@ -393,6 +394,7 @@ class ProxaiApp:
             limit=server.max_request_body_bytes,
             seconds=self.config.timeouts.request_body,
         )
+        body = decode_request_body(incoming.headers, body, limit=server.max_request_body_bytes)
         if capture is not None:
             capture.request.add(body)
         await self.relay_request(incoming, body, downstream, outcome, capture)

@@ -12,7 +12,7 @@ from typing import Any
 
 import trio
 
-from ..errors import ProxyError
+from ..errors import ProxyError, request_too_large
 from ..outcome import OutcomeKind
 from ..wire.headers import Headers
 
@@ -73,7 +73,7 @@ async def read_body(headers: Headers, receive: ASGIReceive, *, limit: int, secon
             except ValueError:
                 raise ProxyError.invalid_request("invalid Content-Length header") from None
             if declared > limit:
-                raise _too_large(limit)
+                raise request_too_large(limit)
     chunks: list[bytes] = []
     size = 0
     with trio.move_on_after(seconds):
@@ -89,7 +89,7 @@ async def read_body(headers: Headers, receive: ASGIReceive, *, limit: int, secon
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
-                raise _too_large(limit)
+                raise request_too_large(limit)
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
@@ -99,13 +99,4 @@ async def read_body(headers: Headers, receive: ASGIReceive, *, limit: int, secon
         "invalid_request_error",
         code="request_timeout",
         kind=OutcomeKind.REQUEST_BODY_TIMEOUT,
-    )
-
-
-def _too_large(limit: int) -> ProxyError:
-    return ProxyError(
-        413,
-        f"request body is larger than the limit of {limit} bytes (server.max_request_body_bytes)",
-        "invalid_request_error",
-        code="request_too_large",
     )

@@ -9,6 +9,7 @@ key goes in the header the upstream's protocol expects, and an upstream's
 configured ``headers`` carry any other credential it wants. The upstream
 is asked for an identity encoding, because proxai frames SSE on the bytes as
 they arrive (an upstream that compresses anyway is decoded: :mod:`proxai.wire.coding`).
+A compressed request body goes up decoded, so without its ``Content-Encoding``.
 """
 
 from __future__ import annotations
@@ -60,8 +61,15 @@ def value_problem(value: str) -> str | None:
     return None
 
 
-# Request headers proxai sets itself or that only describe the client's connection.
-_NOT_FORWARDED_UP = HOP_BY_HOP | {b"host", b"content-length", b"accept-encoding", b"expect"}
+# Request headers proxai sets itself or that only describe the client's connection; and
+# the body's codings, which proxai has undone (proxai.wire.request_coding).
+_NOT_FORWARDED_UP = HOP_BY_HOP | {
+    b"host",
+    b"content-length",
+    b"accept-encoding",
+    b"expect",
+    b"content-encoding",
+}
 
 # Response headers the ASGI server writes itself (date) or that describe the upstream host.
 _NOT_FORWARDED_DOWN = HOP_BY_HOP | {b"content-length", b"alt-svc", b"date"}
