@@ -4,7 +4,8 @@ A scripted upstream plays the two Responses turns of the seed document; proxai
 runs in front of it; the official openai SDK (in a worker thread, as any
 synchronous client would) talks to proxai. Then turn 1 is replayed with an
 upstream that goes silent in the middle of the function call's arguments, to
-show what proxai is for. Nothing leaves the machine and no API key is needed.
+show what proxai is for, and the two turns run again over one WebSocket
+(``client.responses.connect()``, Codex's default transport). Nothing leaves the machine and no API key is needed.
 """
 
 from __future__ import annotations
@@ -161,10 +162,37 @@ def _story(proxai_url: str, upstream_url: str, args: argparse.Namespace) -> None
         else:
             _say("   the stream ended as if complete, with no error")
 
+    _say()
+    _socket_story(client)
+
+
+def _socket_story(client: Any) -> None:
+    """The seed's two turns again, over one WebSocket (Codex's default transport)."""
+    _say("4. The same two turns over one WebSocket: client.responses.connect(), GET")
+    _say("   /v1/responses upgraded; each turn is one response.create frame, and turn 2")
+    _say("   carries only the function_call_output and previous_response_id.")
+    with client.responses.connect() as connection:
+        previous = None
+        for number, request in ((1, TURN1_REQUEST), (2, TURN2_REQUEST)):
+            fields = {k: v for k, v in request.items() if k != "stream"}
+            if previous is not None:
+                fields["previous_response_id"] = previous
+            connection.send({"type": "response.create", **fields})
+            frames, text = 0, ""
+            for event in connection:
+                frames += 1
+                if event.type == "response.output_text.delta":
+                    text += event.delta
+                if event.type in ("response.completed", "response.failed", "error"):
+                    break
+            previous = getattr(getattr(event, "response", None), "id", None)
+            said = f": {text}" if text else ""
+            _say(f"   turn {number}: {frames} frames, ended {event.type} ({previous}){said}")
+
 
 def _print_outcomes(outcomes: list[Outcome]) -> None:
     _say()
-    _say("4. proxai's outcome record of each request (what it logs; never prompts or arguments):")
+    _say("5. proxai's outcome record of each request (what it logs; never prompts or arguments):")
     for i, o in enumerate(outcomes, 1):
         first = f"{o.first_byte_s * 1000:.1f} ms" if o.first_byte_s is not None else "-"
         total = f"{o.total_s * 1000:.0f} ms" if o.total_s is not None else "-"
@@ -201,7 +229,8 @@ async def _main(args: argparse.Namespace) -> None:
             _say()
             story = partial(_story, proxai.base_url, upstream_url, args)
             await trio.to_thread.run_sync(story, abandon_on_cancel=True)
-            _print_outcomes(await proxai.wait_for_outcomes(3))
+            # Three over HTTP, the socket's two responses and its upgrade.
+            _print_outcomes(await proxai.wait_for_outcomes(6))
         nursery.cancel_scope.cancel()
     keys = {r.header("authorization") for r in upstream.requests[:3]}
     _say()

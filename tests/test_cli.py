@@ -102,7 +102,10 @@ async def test_demo_tells_the_seed_story_offline() -> None:
         "function_call get_weather (call_weather_01)" in out
     )
     assert "still waiting after 1." in out
-    assert out.count(": completed, status 200") == 2
+    # Twice over HTTP, twice over the WebSocket; then the socket's own upgrade record.
+    assert out.count(": completed, status 200") == 4
+    assert "turn 2: 6 frames, ended response.completed (resp_02): 今天北京" in out
+    assert "GET /v1/responses model=None: completed, status 101" in out
     assert ": stalled_tool_arguments, status 200" in out
     assert "never the client's" in out
     assert "request_id=" not in result.stderr.decode() + out  # no stray log line in the story
