@@ -5,7 +5,8 @@ runs in front of it; the official openai SDK (in a worker thread, as any
 synchronous client would) talks to proxai. Then turn 1 is replayed with an
 upstream that goes silent in the middle of the function call's arguments, to
 show what proxai is for, and the two turns run again over one WebSocket
-(``client.responses.connect()``, Codex's default transport). Nothing leaves the machine and no API key is needed.
+(``client.responses.connect()``, Codex's default transport). Nothing leaves the
+machine and no API key is needed.
 """
 
 from __future__ import annotations
