@@ -135,7 +135,9 @@ class SocketEndpoint:
         state = _Socket(
             socket_id,
             socket,
-            incoming.headers,
+            # A turn carries the upgrade's headers, as a POST would, but not the
+            # handshake's own (its key, version and extensions belong to this socket).
+            [(n, v) for n, v in incoming.headers if not n.startswith(b"sec-websocket-")],
             SocketStats(opened_at=started),
             Conversation(server.websocket_max_state_bytes),
         )

@@ -33,6 +33,17 @@ from proxai.testing.upstream import RecordedRequest, Script, Send, Stall
 from proxai.testing.upstream import sse_event as up_event
 from proxai.testing.ws_upstream import RecordedFrame, ScriptedSocketUpstream, SocketScript
 
+#: What Codex's handshake carries besides the key.
+HANDSHAKE = [
+    (b"upgrade", b"websocket"),
+    (b"connection", b"Upgrade"),
+    (b"sec-websocket-key", b"dGhlIHNhbXBsZSBub25jZQ=="),
+    (b"sec-websocket-version", b"13"),
+    (b"sec-websocket-extensions", b"permessage-deflate; client_max_window_bits"),
+    (b"openai-beta", b"responses_websockets=2026-02-06"),
+    (b"user-agent", b"codex_cli_rs/0.171.0"),
+]
+
 CHAT = {"chat": {"base_url": "http://chat.test/v1", "protocol": "openai_chat"}}
 
 
@@ -128,7 +139,7 @@ async def test_seed_over_a_socket_to_a_chat_upstream_keeps_the_conversation(
     routes = [{"model": "*", "upstreams": ["chat"]}]
     async with (
         MemoryProxy(chat_turns, upstreams=CHAT, routes=routes) as proxy,
-        open_memory_socket(proxy.app) as ws,
+        open_memory_socket(proxy.app, headers=HANDSHAKE) as ws,
     ):
         await ws.send(create(TURN1_REQUEST))
         turn1 = await ws.response()
@@ -144,6 +155,11 @@ async def test_seed_over_a_socket_to_a_chat_upstream_keeps_the_conversation(
     roles = [m["role"] for m in second["messages"]]
     assert roles == ["user", "assistant", "tool"]
     assert second["messages"][2]["content"] == WEATHER_RESULT
+    # A turn is a POST: the handshake's own headers stay with the socket.
+    sent = proxy.transport.requests[0]
+    assert sent.header("sec-websocket-key") is None
+    assert sent.header("sec-websocket-extensions") is None
+    assert sent.header("user-agent") == "codex_cli_rs/0.171.0"
 
 
 async def test_unknown_previous_response_on_a_chat_upstream_is_an_error_frame(
