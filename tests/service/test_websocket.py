@@ -298,6 +298,33 @@ async def test_upstream_429_is_an_error_frame_with_its_headers_in_both_places(
     assert frame["error"]["headers"]["retry-after"] == "7"
 
 
+async def test_failover_before_the_first_event_works_as_over_http(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A 503 from the first upstream of the route: the turn goes to the next one (within
+    the retry budget), and the client sees only the second's stream."""
+    unavailable = Script(
+        status=503,
+        headers=[("content-type", "application/json")],
+        steps=[Send(b'{"error": {"type": "server_error", "message": "busy"}}')],
+    )
+    upstreams = {"backup": {"base_url": "http://backup.test/v1", "api_key": "sk-b"}}
+    routes = [{"model": "*", "upstreams": ["default", "backup"]}]
+    async with (
+        MemoryProxy(
+            [unavailable, turn1_script()], upstreams=upstreams, routes=routes, retries={}
+        ) as proxy,
+        open_memory_socket(proxy.app) as ws,
+    ):
+        await ws.send(create(TURN1_REQUEST))
+        assert await ws.response() == TURN1_EVENTS
+    hosts = [r.header("host") for r in proxy.transport.requests]
+    assert hosts == ["upstream.test", "backup.test"]
+    turn = next(o for o in proxy.outcomes if o.method == "response.create")
+    assert turn.kind is OutcomeKind.COMPLETED
+    assert [(a.upstream, a.status) for a in turn.attempts] == [("default", 503), ("backup", 200)]
+
+
 async def test_stall_before_the_first_byte_is_an_error_frame_with_the_http_status(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
