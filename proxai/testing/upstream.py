@@ -19,7 +19,7 @@ import socket
 import ssl
 import struct
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import h11
@@ -253,6 +253,24 @@ async def receive_request(stream: trio.abc.Stream, conn: h11.Connection) -> Reco
             )
 
 
+ScriptT = TypeVar("ScriptT")
+
+
+def in_order(
+    scripts: Sequence[ScriptT], seen: Callable[[], int], owner: str
+) -> Callable[[Any], ScriptT]:
+    """A responder playing ``scripts`` in the order requests arrive (``seen()``: how
+    many have, this one included), the last one repeating."""
+    played = list(scripts)
+    if not played:
+        raise ValueError(f"{owner} needs at least one script")
+
+    def respond(_: Any) -> ScriptT:
+        return played[min(seen() - 1, len(played) - 1)]
+
+    return respond
+
+
 class ScriptedUpstream:
     """Serve scripts on a loopback port chosen by the OS.
 
@@ -267,17 +285,11 @@ class ScriptedUpstream:
         self, responder: Responder | Sequence[Script], *, ssl_context: ssl.SSLContext | None = None
     ) -> None:
         self._ssl_context = ssl_context
-        if callable(responder):
-            self._responder: Responder = responder
-        else:
-            scripts = list(responder)
-            if not scripts:
-                raise ValueError("ScriptedUpstream needs at least one script")
-
-            def in_order(request: RecordedRequest) -> Script:
-                return scripts[min(len(self.requests) - 1, len(scripts) - 1)]
-
-            self._responder = in_order
+        self._responder: Responder = (
+            responder
+            if callable(responder)
+            else in_order(responder, lambda: len(self.requests), "ScriptedUpstream")
+        )
         self.requests: list[RecordedRequest] = []
         self.connections_opened = 0
         self.connections_closed = 0

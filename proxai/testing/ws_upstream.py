@@ -38,7 +38,16 @@ from wsproto.events import (
 )
 from wsproto.events import Ping as PingEvent
 
-from .upstream import Close, Reset, Send, Sleep, Stall, loopback_listeners, reset_on_close
+from .upstream import (
+    Close,
+    Reset,
+    Send,
+    Sleep,
+    Stall,
+    in_order,
+    loopback_listeners,
+    reset_on_close,
+)
 
 __all__ = [
     "Binary",
@@ -232,17 +241,11 @@ class ScriptedSocketUpstream:
         ssl_context: Any = None,
     ) -> None:
         self._ssl_context = ssl_context
-        if callable(responder):
-            self._responder: Responder = responder
-        else:
-            scripts = list(responder)
-            if not scripts:
-                raise ValueError("ScriptedSocketUpstream needs at least one script")
-
-            def in_order(frame: RecordedFrame) -> SocketScript:
-                return scripts[min(len(self.frames) - 1, len(scripts) - 1)]
-
-            self._responder = in_order
+        self._responder: Responder = (
+            responder
+            if callable(responder)
+            else in_order(responder, lambda: len(self.frames), "ScriptedSocketUpstream")
+        )
         if refuse is None or isinstance(refuse, Refuse):
             fixed = refuse
 
