@@ -4,8 +4,10 @@ upstream (Responses, or Chat-only), and permessage-deflate bounded after inflati
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+import httpx
 import trio
 import wsproto
 import wsproto.events as ws_events
@@ -175,3 +177,45 @@ def test_bounded_deflate_passes_messages_within_the_limit() -> None:
         server.receive_data(client.send(ws_events.TextMessage(text)))
     got = [e.data for e in server.events() if isinstance(e, ws_events.TextMessage)]
     assert "".join(got) == "".join(texts)
+
+
+def sdk_hold(url: str, opened: Any, release: Any) -> list[str]:
+    """One turn over a socket, then the socket held open until ``release`` is set."""
+    client = openai_client(url)
+    with client.responses.connect() as connection:
+        connection.send({"type": "response.create", **body(TURN1_REQUEST)})
+        types = []
+        for event in connection:
+            types.append(event.type)
+            if event.type == "response.completed":
+                break
+        opened.set()
+        release.wait(20)
+    return types
+
+
+async def test_metrics_and_the_live_view_show_sockets(start_upstream: Any, proxai_for: Any) -> None:
+    upstream = await start_upstream(seed_responder)
+    opened, release = threading.Event(), threading.Event()
+    async with (
+        proxai_for(upstream, live_view={"enabled": True}) as px,
+        httpx.AsyncClient() as http,
+        trio.open_nursery() as nursery,
+    ):
+        with trio.fail_after(30):
+            nursery.start_soon(trio.to_thread.run_sync, sdk_hold, px.url, opened, release)
+            await trio.to_thread.run_sync(opened.wait, 20)
+            await trio.sleep(0.2)
+            live = (await http.get(px.url + "/_proxai/streams")).json()
+            during = (await http.get(px.url + "/metrics")).text
+            release.set()
+            await px.wait_for_outcomes(2)  # the response and the upgrade's record
+            after = (await http.get(px.url + "/metrics")).text
+    (socket,) = live["sockets"]
+    assert socket["socket_id"].startswith("ws_") and socket["responses"] == 1
+    assert socket["in_response"] is False
+    assert "proxai_websockets_open 1.0" in during
+    assert "proxai_websockets_open 0.0" in after
+    assert 'proxai_websocket_connections_total{result="accepted"} 1.0' in after
+    requests = [line for line in after.splitlines() if line.startswith("proxai_requests_total{")]
+    assert any('transport="websocket"' in line and line.endswith(" 1.0") for line in requests)
