@@ -232,6 +232,26 @@ async def test_warm_up_is_answered_locally_and_its_input_becomes_state(
     assert "client_metadata" not in sent
 
 
+async def test_a_warm_up_is_never_named_to_an_upstream_that_keeps_state(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The warm-up's id is proxai's: even with store true on an upstream that keeps state,
+    the turn that chains from it goes self-contained (the warm-up's input first)."""
+    base = {"type": "message", "role": "developer", "content": "You are Codex."}
+    async with MemoryProxy(seed_responder) as proxy, open_memory_socket(proxy.app) as ws:
+        await ws.send(create({"model": "gpt-5.4", "input": [base]}, generate=False))
+        rid = (await ws.response())[-1]["response"]["id"]
+        await ws.send(create(TURN1_REQUEST, previous_response_id=rid))
+        assert await ws.response() == TURN1_EVENTS
+        await ws.send(create(TURN2_REQUEST))  # chains from resp_01, which OpenAI stored
+        assert await ws.response() == TURN2_EVENTS
+    first, second = (r.json() for r in proxy.transport.requests)
+    assert "previous_response_id" not in first
+    assert first["input"] == [base, *TURN1_REQUEST["input"]]
+    assert second["previous_response_id"] == "resp_01"
+    assert second["input"] == TURN2_REQUEST["input"]
+
+
 async def test_response_processed_gets_no_answer(autojump_clock: trio.testing.MockClock) -> None:
     async with MemoryProxy([turn1_script()]) as proxy, open_memory_socket(proxy.app) as ws:
         await ws.send({"type": "response.processed", "response_id": "resp_x"})

@@ -139,7 +139,9 @@ class Conversation:
                 "'previous_response_id' must be a string", param="previous_response_id"
             )
         new = [orjson.dumps(item) for item in _items(frame.get("input"))]
-        stored = upstream_keeps_state and frame.get("store") is not False
+        warm_up = _is_warm_up(frame)
+        # A warm-up never reaches the upstream: its id is proxai's, never the upstream's.
+        stored = upstream_keeps_state and frame.get("store") is not False and not warm_up
         kept: tuple[bytes, ...] = ()
         anchor: str | None = None
         if previous is not None and previous == self.last_id and self.last_stored:
@@ -176,7 +178,7 @@ class Conversation:
         body["stream"] = True
         return Turn(
             orjson.dumps(body),
-            _is_warm_up(frame),
+            warm_up,
             items,
             anchor,
             sum(len(i) for i in items),
