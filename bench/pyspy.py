@@ -27,6 +27,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,25 +81,28 @@ PACKAGES = (
 )
 
 
-def part(frames: list[str]) -> str:
-    """The part a sample belongs to; ``frames`` root first, as py-spy writes them."""
+def part(frames: list[str], table: Sequence[tuple[str, str]] = PARTS) -> str:
+    """The part a sample belongs to; ``frames`` root first, as py-spy writes them
+    (``table``: the parts, :data:`PARTS` or a bench's finer one)."""
     paths = [frame.rsplit("(", 1)[-1] for frame in frames]
     task = in_task(paths)
     for path in reversed(task):
-        for fragment, name in PARTS:
+        for fragment, name in table:
             if fragment in path:
                 return name
     return RUN_LOOP if not task else "other"
 
 
-def parts(collapsed: Path) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+def parts(
+    collapsed: Path, table: Sequence[tuple[str, str]] = PARTS
+) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
     """Samples per part, and per part by the package of the innermost frame."""
     totals: collections.Counter[str] = collections.Counter()
     leaves: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for line in collapsed.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
         frames = stack.split(";")
-        name = part(frames)
+        name = part(frames, table)
         totals[name] += int(count_text)
         leaves[name][package(frames[-1])] += int(count_text)
     return dict(totals), {k: dict(v) for k, v in leaves.items()}
