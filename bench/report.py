@@ -678,6 +678,165 @@ def floor_section(res: dict[str, Any]) -> list[str]:
     return out
 
 
+WS_NAMES = {
+    "sse": "SSE (`POST /v1/responses`, keep-alive)",
+    "socket": "**socket** (`response.create` frames)",
+    "socket-deflate": "socket, permessage-deflate",
+}
+
+
+def websocket_section(res: dict[str, Any]) -> list[str]:
+    """Issue 22: a socket's turns against SSE streams (bench/websocket.py)."""
+    wsr = res.get("websocket")
+    if not wsr:
+        return []
+    m, st, cpu = wsr["machine"], wsr["settings"], wsr["cpu"]
+    cs = sorted({r["concurrency"] for r in cpu})
+    names = [t for t in WS_NAMES if any(r["transport"] == t for r in cpu)]
+    head = " / ".join(f"c={c}" for c in cs)
+    out = [
+        "## The Responses WebSocket: a socket's turns against SSE (issue 22)",
+        "",
+        "`bench/websocket.py` (`.venv/bin/python -m bench.websocket`) runs one proxai, "
+        "pinned to core 1, in front of the per-event bench's upstream (one write per event, "
+        f"{st['pause_ms']:g} ms before each delta), and drives it over both transports in "
+        "the same run: SSE streams on keep-alive connections, and `response.create` turns "
+        "on sockets (proxai relays each turn as one streaming `POST` and sends each SSE "
+        "event as one text frame), with and without permessage-deflate (which Codex and "
+        "the `websockets` library under the openai SDK offer). The clients run in their "
+        "own process on core 0 with the upstream: the per-event bench's raw asyncio HTTP "
+        "client, and raw `wsproto` on asyncio for the sockets. "
+        f"Machine: {m['cpu']}, shared with other sessions' work; "
+        f"Python {m['python']}, hypercorn {m['hypercorn']}, trio {m['trio']}; commit "
+        f"{m['commit']}; measured {m['date']}; {st['reps']} repetitions, transports "
+        "interleaved in each; medians, ratios taken per repetition.",
+        "",
+        "### CPU per event and per stream, paced",
+        "",
+        "As in the per-event bench: "
+        + " / ".join(f"{st['turns_per_connection'][str(c)]}" for c in cs)
+        + f" turns per connection at c={'/'.join(str(c) for c in cs)}, after one warm-up "
+        "turn each, at 20 and 80 deltas; *per event* is the difference over the 60 extra "
+        "deltas, *per stream* the rest. The socket's turns are independent (no "
+        "`previous_response_id`), so the upstream gets the same request from both. "
+        "Absolute figures depend on the machine's state that day (this run's SSE figures "
+        "are not comparable with the per-event tables above); the ratios are.",
+        "",
+        f"| transport | per event, µs: {head} | per stream, µs: {head} |",
+        "|---|---|---|",
+    ]
+    for t in names:
+        rows = [pick(cpu, transport=t, concurrency=c) for c in cs]
+        if t == "sse":
+            event = " / ".join(n(r["marginal_us"], 1) for r in rows)
+            stream = " / ".join(n(r["fixed_us"]) for r in rows)
+        else:
+            event = " / ".join(
+                f"{n(r['marginal_us'], 1)} ({r['marginal_vs_sse']:.2f}×)" for r in rows
+            )
+            stream = " / ".join(f"{n(r['fixed_us'])} ({r['fixed_vs_sse']:.2f}×)" for r in rows)
+        out.append(f"| {WS_NAMES[t]} | {event} | {stream} |")
+    sock = [pick(cpu, transport="socket", concurrency=c) for c in cs]
+    busy = " / ".join(
+        f"{pick(cpu, transport='sse', concurrency=c)['utilisation_long']:.2f}" for c in cs
+    )
+    driver = max(r["driver_utilisation_long"] for r in cpu)
+    out += [
+        "",
+        "(×: against SSE in the same repetition.) Goal, CPU per event over a socket ≤ 1.0× "
+        "SSE's: "
+        + " / ".join(f"{r['marginal_vs_sse']:.2f}×" for r in sock)
+        + f" at c={'/'.join(str(c) for c in cs)}, "
+        + verdict(all(r["marginal_vs_sse"] <= 1.0 for r in sock))
+        + f". Proxy core busy over the 80-delta SSE cells: {busy} (at 1.00 proxai falls "
+        "behind the upstream's pace and the figures are no longer per event); the client "
+        f"and upstream core at most {driver:.2f}.",
+        "",
+    ]
+    sec = wsr["second"]
+    scs = sorted({r["concurrency"] for r in sec})
+    out += [
+        "### The second turn: time to its first event",
+        "",
+        "A session opens a connection (or a socket) and runs two turns of 20 paced deltas. "
+        "Over the socket, turn 2 is `previous_response_id` and one new message, "
+        "`store: false`, as Codex sends it (proxai expands the socket's conversation into "
+        "a self-contained request); over HTTP it is a new `POST` on the keep-alive "
+        "connection with the whole context (turn 1's input and output item, then the new "
+        "message): what a client sends when the server keeps no state. Time from sending "
+        "the turn to its first event (the first frame; the first body bytes); "
+        f"{sec[0]['samples']} sessions per transport and concurrency (c sessions at a "
+        "time), pooled over the repetitions. Turn 1's is counted from before connecting, "
+        "so it includes the TCP connection (and the socket's handshake).",
+        "",
+        "| transport | c | turn 2 p50 | turn 2 p90 | turn 2 vs SSE, p50 / p90 "
+        "| turn 1 p50 | turn 1 p90 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in scs:
+        for t in names:
+            r = pick(sec, transport=t, concurrency=c)
+            against = (
+                "—"
+                if t == "sse"
+                else f"{r['second_p50_vs_sse']:.2f}× / {r['second_p90_vs_sse']:.2f}×"
+            )
+            out.append(
+                f"| {WS_NAMES[t]} | {c} | {n(r['second_p50_ms'], 2)} ms | "
+                f"{n(r['second_p90_ms'], 2)} ms | {against} | {n(r['first_p50_ms'], 2)} ms | "
+                f"{n(r['first_p90_ms'], 2)} ms |"
+            )
+    out.append("")
+    spy = wsr.get("profile")
+    if spy:
+        sse_parts = {p["part"]: p for p in spy["sse"]["parts"]}
+        sock_parts = {p["part"]: p for p in spy["socket"]["parts"]}
+
+        def per_event(parts: dict[str, Row], name: str) -> float:
+            return float(parts.get(name, {}).get("per_event_us", 0.0))
+
+        order = sorted(
+            set(sse_parts) | set(sock_parts),
+            key=lambda k: -(per_event(sock_parts, k) - per_event(sse_parts, k)),
+        )
+        total_sse = sum(per_event(sse_parts, k) for k in order)
+        total_sock = sum(per_event(sock_parts, k) for k in order)
+        samples = sum(
+            sum(run["samples"].values())
+            for t in ("sse", "socket")
+            for run in spy[t]["runs"].values()
+        )
+        out += [
+            "### Where a socket's time per event goes (py-spy, paced)",
+            "",
+            f"py-spy (250 Hz) on proxai while c={spy['concurrency']} connections of each "
+            f"transport run turns back to back for {spy['seconds']} s, at 20 and 80 deltas "
+            f"({samples:,} samples in all); parts as in the per-event profile, with the "
+            "socket's own code, hypercorn's WebSocket stream and wsproto split out. Under "
+            f"the profiler: {total_sock:.0f} µs per event over the socket, {total_sse:.0f} "
+            f"µs over SSE ({total_sock / total_sse:.2f}×). Sorted by what the socket adds:",
+            "",
+            "| part | SSE, µs per event | socket, µs per event | socket − SSE |",
+            "|---|---|---|---|",
+        ]
+        for k in order:
+            a, b = per_event(sse_parts, k), per_event(sock_parts, k)
+            out.append(f"| {k} | {a:.1f} | {b:.1f} | {b - a:+.1f} |")
+        out += [f"| total | {total_sse:.1f} | {total_sock:.1f} | {total_sock - total_sse:+.1f} |"]
+        out.append("")
+    ch = wsr["checks"]
+    out += [
+        f"Every turn was checked ({ch['turns']:,} turns in {ch['cells']} cells): an SSE "
+        "body must equal the upstream's bytes; a socket turn's frames must be, one for "
+        "one, the `data` of the upstream's events (so they end with `response.completed`, "
+        "count `sequence_number` from 0 and spell the text). Turns that failed: "
+        f"**{ch['bad']}**. What the figures say, and the levers: [Over a socket (issue "
+        "22)](#over-a-socket-issue-22) below.",
+        "",
+    ]
+    return out
+
+
 def setup_section(res: dict[str, Any]) -> list[str]:
     m = res["machine"]
     loads = [
@@ -690,6 +849,7 @@ def setup_section(res: dict[str, Any]) -> list[str]:
             "scaling",
             "stall",
             "floor",
+            "websocket",
         )
         if name in res and "loadavg" in res[name]
     ]
@@ -860,7 +1020,7 @@ def stall_section(res: dict[str, Any]) -> list[str]:
 
 def write(res: dict[str, Any]) -> None:
     lines = [
-        "# Benchmarks (issues 7, 15 and 16)",
+        "# Benchmarks (issues 7, 15, 16 and 22)",
         "",
         "<!-- Generated by bench/run_all.py (bench/report.py); edit bench/profile.md for the "
         "profile section and rerun `make bench` rather than editing this file. -->",
@@ -872,7 +1032,7 @@ def write(res: dict[str, Any]) -> None:
         "costs once per event; the **one-read** figures (a pre-rendered stream that "
         "reaches the proxy in one read, issue 7's bench) follow, labelled as such. "
         "Rerun everything with `make bench` (installs Debian's nginx and wrk if missing, "
-        "and `.[dev,bench]` with py-spy), about 12–14 minutes; or one part with "
+        "and `.[dev,bench]` with py-spy), about 16–18 minutes; or one part with "
         "`.venv/bin/python -m bench.run_all --only perevent` (the others keep their last "
         "results); raw results go to `bench/results/*.json` (not committed).",
         "",
@@ -884,6 +1044,7 @@ def write(res: dict[str, Any]) -> None:
         issue16_targets,
         targets_section,
         perevent_section,
+        websocket_section,
         setup_section,
         throughput_section,
         floor_section,

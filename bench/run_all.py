@@ -8,12 +8,14 @@ Runs, each repeated ``--reps`` times with targets interleaved and medians report
   event and per stream, added TTFB, RSS per held stream, byte checks;
 - ``profile``: py-spy on proxai in that regime, pass-through and translating;
 - the one-read figures (issue 7): ``throughput``, ``longstream``, ``scaling``, ``stall``
-  and ``floor`` (its one-read throughput part).
+  and ``floor`` (its one-read throughput part);
+- ``websocket``: the Responses WebSocket (issue 22): CPU per event over a socket
+  against SSE, the second turn's time to first event, py-spy on both.
 
 Raw results go to bench/results/*.json (one file per bench plus all.json), then
 docs/bench.md and docs/bench.png are regenerated from them. ``--only`` reruns some
 benches and keeps the others' last results. ``--quick`` is a smoke test (short runs,
-nothing rendered). The whole run takes about 14 minutes on the 2-core bench machine.
+nothing rendered). The whole run takes about 18 minutes on the 2-core bench machine.
 The older paced-latency and memory benches (``bench/latency.py``, ``bench/memory.py``
 and the same parts of ``bench/floor.py``) still run on their own; the per-event bench
 measures both in its regime.
@@ -28,10 +30,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import floor, longstream, perevent, pyspy, scaling, stall, throughput
+from bench import floor, longstream, perevent, pyspy, scaling, stall, throughput, websocket
 from bench.common import RESULTS, ROOT, have_tools, loadavg, log, machine, pin_driver, save
 
-BENCHES = ["perevent", "profile", "throughput", "longstream", "scaling", "stall", "floor"]
+BENCHES = [
+    "perevent",
+    "profile",
+    "throughput",
+    "longstream",
+    "scaling",
+    "stall",
+    "floor",
+    "websocket",
+]
 
 
 def profile(seconds: int) -> dict[str, Any]:
@@ -55,6 +66,7 @@ def plan(reps: int, quick: bool) -> dict[str, Callable[[], dict[str, Any]]]:
             "scaling": lambda: scaling.run(1, 1, [64]),
             "stall": lambda: stall.run(1, 5.0),
             "floor": lambda: {"throughput": floor.throughput(1, 1, [1, 16])},
+            "websocket": websocket.quick,
         }
     return {
         "perevent": lambda: perevent.run(reps),
@@ -65,6 +77,7 @@ def plan(reps: int, quick: bool) -> dict[str, Callable[[], dict[str, Any]]]:
         # every stream runs at once; the client outlasts nginx's 60 s proxy_read_timeout
         "stall": lambda: stall.run(reps, 75.0),
         "floor": lambda: {"throughput": floor.throughput(reps, 3, [1, 16, 64])},
+        "websocket": lambda: websocket.run(max(reps, 5)),
     }
 
 
