@@ -4,6 +4,8 @@ upstream (Responses, or Chat-only), and permessage-deflate bounded after inflati
 
 from __future__ import annotations
 
+import json
+import socket
 import threading
 from typing import Any
 
@@ -14,6 +16,7 @@ import wsproto.events as ws_events
 from wsproto.extensions import PerMessageDeflate
 from wsproto.frame_protocol import CloseReason
 
+from proxai.outcome import OutcomeKind
 from proxai.service.ws_deflate import BoundedDeflate
 from proxai.testing.seed import (
     TURN1_EVENTS,
@@ -23,7 +26,14 @@ from proxai.testing.seed import (
     seed_responder,
 )
 
-from ..helpers import CHAT_UPSTREAM, openai_client
+from ..helpers import CHAT_UPSTREAM, metric, openai_client
+from ..relay.test_stalled_client import (
+    BOUND,
+    CLIENT_WRITE,
+    big_or_small,
+    linux_only,
+    read_until_closed,
+)
 from .test_websocket import chat_turns
 
 
@@ -219,3 +229,69 @@ async def test_metrics_and_the_live_view_show_sockets(start_upstream: Any, proxa
     assert 'proxai_websocket_connections_total{result="accepted"} 1.0' in after
     requests = [line for line in after.splitlines() if line.startswith("proxai_requests_total{")]
     assert any('transport="websocket"' in line and line.endswith(" 1.0") for line in requests)
+
+
+async def _socket_that_never_reads(url: str, model: str) -> trio.socket.SocketType:
+    """A raw WebSocket client with a tiny receive window: it upgrades, sends one
+    ``response.create`` and reads nothing more."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = trio.socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: the window
+    await sock.connect((host, int(port)))
+    ws = wsproto.WSConnection(wsproto.ConnectionType.CLIENT)
+    await sock.send(ws.send(ws_events.Request(host=f"{host}:{port}", target="/v1/responses")))
+    accepted = False
+    while not accepted:
+        data = await sock.recv(65536)
+        assert data, "the upgrade was refused"
+        ws.receive_data(data)
+        accepted = any(isinstance(e, ws_events.AcceptConnection) for e in ws.events())
+    create = {"type": "response.create", "model": model, "input": "go"}
+    await sock.send(ws.send(ws_events.TextMessage(json.dumps(create))))
+    return sock
+
+
+@linux_only
+async def test_a_socket_client_that_stops_reading_is_cut_and_frees_its_slot(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    """hypercorn shields its socket writes, so only the kernel can end a socket whose
+    client stopped reading (``TCP_USER_TIMEOUT`` from ``client_write``, as over HTTP):
+    the turn ends ``client_stalled``, the socket and the slot are freed, and the
+    upstream is let go of, within ``client_write`` + 1 s."""
+    upstream = await start_upstream(big_or_small)
+    tables: dict[str, Any] = {
+        "server": {"max_concurrent_streams": 1},
+        "timeouts": {"client_write": CLIENT_WRITE},
+    }
+    async with proxai_for(upstream, upstream=CHAT_UPSTREAM, **tables) as px:
+        sock = await _socket_that_never_reads(px.url, "big")
+        with sock:
+            await upstream.wait_for_requests(1)
+            started = trio.current_time()
+            with trio.fail_at(started + BOUND):
+                outcomes = await px.wait_for_outcomes(2)  # the turn and the upgrade's record
+            async with httpx.AsyncClient() as http:
+                metrics = (await http.get(px.url + "/metrics")).text
+            with trio.fail_after(5):
+                await read_until_closed(sock)
+        # The slot is free again: a new socket's turn is served.
+        with trio.fail_after(30):
+            first, _ = await trio.to_thread.run_sync(sdk_small_turn, px.url)
+    (turn,) = [o for o in outcomes if o.method == "response.create"]
+    assert turn.kind is OutcomeKind.CLIENT_STALLED
+    assert metric(metrics, "proxai_websockets_open") == 0
+    assert metric(metrics, "proxai_in_flight_requests") == 0
+    assert first[-1] == "response.completed"
+
+
+def sdk_small_turn(url: str) -> tuple[list[str], None]:
+    client = openai_client(url)
+    with client.responses.connect() as connection:
+        connection.send({"type": "response.create", "model": "small", "input": "go"})
+        types = []
+        for event in connection:
+            types.append(event.type)
+            if event.type in ("response.completed", "response.failed", "error"):
+                break
+    return types, None
