@@ -434,18 +434,22 @@ def cpu_cells(
     client: Client, port: int, pids: list[int], upstream_pid: int, reps: int, cs: Sequence[int]
 ) -> list[Row]:
     raw: list[Row] = []
-    for transport in TRANSPORTS:  # warm up, and check a paced turn of each
-        client(
+
+    def turns(transport: str, c: int, deltas: int, k: int) -> Row:
+        return client(
             op="cpu",
             transport=transport,
             port=port,
             pids=pids,
             upstream_pid=upstream_pid,
-            deltas=2,
+            deltas=deltas,
             pause=PAUSE,
-            c=4,
-            k=2,
+            c=c,
+            k=k,
         )
+
+    for transport in TRANSPORTS:  # warm up, and check a paced turn of each
+        turns(transport, 4, 2, 2)
     for rep in range(reps):
         for c in cs:
             shift = (rep + c) % len(TRANSPORTS)  # no transport always runs first
@@ -453,19 +457,7 @@ def cpu_cells(
                 for deltas in LENGTHS:
                     row: Row = {"transport": transport, "concurrency": c, "deltas": deltas}
                     row["rep"] = rep
-                    row.update(
-                        client(
-                            op="cpu",
-                            transport=transport,
-                            port=port,
-                            pids=pids,
-                            upstream_pid=upstream_pid,
-                            deltas=deltas,
-                            pause=PAUSE,
-                            c=c,
-                            k=TURNS_PER_CONNECTION[c],
-                        )
-                    )
+                    row.update(turns(transport, c, deltas, TURNS_PER_CONNECTION[c]))
                     log("websocket cpu", {k: _round(v) for k, v in row.items()})
                     raw.append(row)
     return raw
