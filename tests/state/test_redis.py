@@ -4,8 +4,6 @@ nothing once it is back."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import coredis
 import pytest
 import trio
@@ -171,7 +169,3 @@ async def test_a_closed_store_answers_nothing() -> None:
         await store.aclose()
         with pytest.raises(StateUnavailable, match="closed"):
             await store.get(A, "resp_1")
-
-
-def test_running_redis_has_a_port_once_started(tmp_path: Any) -> None:
-    assert RunningRedis(str(tmp_path)).port == 0
