@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-browser test-clients lint typecheck check clean reliability-doc bench
+.PHONY: demo test test-browser test-clients lint typecheck check clean reliability-doc bench redis
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,11 @@ demo: $(STAMP)
 ## test: the whole test suite (what CI runs)
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+## redis: Debian's redis-server, which tests/state starts for the Redis state backend's tests
+## (they skip without it)
+redis:
+	command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server)
 
 ## test-browser: the live view page and cross-site pages in headless chromium (installs Debian's chromium)
 test-browser: $(STAMP)

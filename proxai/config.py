@@ -26,6 +26,8 @@ __all__ = [
     "RetriesConfig",
     "RouteConfig",
     "ServerConfig",
+    "StateBackend",
+    "StateConfig",
     "TimeoutsConfig",
     "TranslationOptions",
     "UpstreamConfig",
@@ -327,6 +329,46 @@ class LiveViewConfig:
     max_viewers: int = attrs.field(default=4, validator=_positive_int)
 
 
+class StateBackend(enum.StrEnum):
+    """Where stored responses live (``[state] backend``)."""
+
+    MEMORY = "memory"  # in process: nothing to run, lost on restart
+    REDIS = "redis"  # shared by every worker and instance that names the same Redis
+
+
+_REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def _redis_url(inst: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    """A Redis URL; never quoted in the error, since its ``user:password@`` is a secret."""
+    if value is None:
+        return
+    scheme, sep, rest = value.partition("://")
+    if scheme not in _REDIS_SCHEMES or not sep or not rest:
+        raise InvalidValue(
+            attribute,
+            "must be a redis://, rediss:// (TLS) or unix:// URL, "
+            f"got one starting with {scheme[:10]!r}",
+        )
+
+
+@attrs.frozen
+class StateConfig:
+    """Stored responses (``previous_response_id``, ``item_reference``, retrieve/delete)."""
+
+    backend: StateBackend = StateBackend.MEMORY
+    #: ``redis://[user:password@]host:port/db``; ``rediss://`` for TLS (backend redis).
+    url: str | None = attrs.field(default=None, validator=_redis_url, repr=False)
+    #: The memory backend's bound on the records it holds; least recently used go first.
+    max_bytes: int = attrs.field(default=256 * 1024 * 1024, validator=_positive_int)
+    #: Seconds a stored response lives (OpenAI keeps them 30 days).
+    ttl: float = attrs.field(default=30 * 24 * 3600.0, validator=_positive)
+    #: Seconds one call to the backend may take; then 503 (a lookup) or no storing.
+    timeout: float = attrs.field(default=1.0, validator=_positive)
+    #: Prefix of every Redis key proxai writes (one Redis shared by several deployments).
+    key_prefix: str = "proxai:"
+
+
 @attrs.frozen
 class Config:
     """The whole configuration, as loaded from TOML and command-line overrides."""
@@ -342,6 +384,7 @@ class Config:
     metrics: MetricsConfig = MetricsConfig()
     capture: CaptureConfig = CaptureConfig()
     live_view: LiveViewConfig = LiveViewConfig()
+    state: StateConfig = StateConfig()
 
     def upstream_named(self, name: str) -> UpstreamConfig | None:
         if name == DEFAULT_NAME and self.upstream.base_url is not None:

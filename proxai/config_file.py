@@ -29,6 +29,7 @@ from .config import (
     LogFormat,
     MaxTokensField,
     RouteConfig,
+    StateBackend,
     UpstreamConfig,
     UpstreamKind,
 )
@@ -57,7 +58,7 @@ def _enum_hook(kind: type[enum.StrEnum]) -> Callable[[Any, Any], Any]:
     return structure
 
 
-for _kind in (UpstreamKind, LogFormat, MaxTokensField):
+for _kind in (UpstreamKind, LogFormat, MaxTokensField, StateBackend):
     _converter.register_structure_hook(_kind, _enum_hook(_kind))
 _ARRAYS = frozenset({"routes"})  # arrays of tables: [[routes]]
 _TABLES = frozenset(a.name for a in attrs.fields(Config)) - _ARRAYS
@@ -116,7 +117,7 @@ def load_config(
         config = _resolve_files(config, Path(path).parent)
     problems = _check_upstreams(config, os.environ if environ is None else environ)
     problems += _check_routes(config) + _check_files(config) + _check_observability(config)
-    problems += _check_browser(config)
+    problems += _check_browser(config) + _check_state(config)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return config
@@ -179,6 +180,12 @@ def _check_observability(config: Config) -> list[str]:
         except ValueError:
             problems.append(f"live_view.allow[{i}]: not an IP network: {network!r}")
     return problems
+
+
+def _check_state(config: Config) -> list[str]:
+    if config.state.backend is StateBackend.REDIS and config.state.url is None:
+        return ['state.url: backend "redis" needs the Redis URL (redis://host:6379/0)']
+    return []
 
 
 def _check_browser(config: Config) -> list[str]:

@@ -175,3 +175,31 @@ def test_only_named_upstreams_is_enough(tmp_path: Path) -> None:
 def test_upstream_mistakes_name_the_key(tmp_path: Path, text: str, named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         load_config(write(tmp_path, text), environ={})
+
+
+def test_state_defaults_to_memory_and_takes_a_redis_url(tmp_path: Path) -> None:
+    upstream = '[upstream]\nbase_url = "http://u/v1"\n'
+    state = load_config(write(tmp_path, upstream)).state
+    assert (state.backend, state.url, state.max_bytes) == ("memory", None, 256 * 1024 * 1024)
+    assert (state.ttl, state.timeout, state.key_prefix) == (30 * 24 * 3600.0, 1.0, "proxai:")
+    text = upstream + '[state]\nbackend = "redis"\nurl = "rediss://u:secret@r:6380/2"\nttl = 60\n'
+    state = load_config(write(tmp_path, text)).state
+    assert (state.backend, state.url, state.ttl) == ("redis", "rediss://u:secret@r:6380/2", 60.0)
+    assert "secret" not in repr(state)
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ('[state]\nbackend = "redis"\n', r"state\.url: backend \"redis\" needs the Redis URL"),
+        ('[state]\nbackend = "disk"\n', r"state\.backend: must be one of 'memory', 'redis'"),
+        ('[state]\nurl = "http://u:pw@r"\n', r"state\.url: must be a redis://"),
+        ("[state]\nmax_bytes = 0\n", r"state\.max_bytes: must be a positive integer"),
+        ("[state]\ntimeout = 0\n", r"state\.timeout: must be a positive number"),
+    ],
+)
+def test_state_mistakes_name_the_key(tmp_path: Path, text: str, named: str) -> None:
+    text += '[upstream]\nbase_url = "http://u/v1"\n'
+    with pytest.raises(ConfigError, match=named) as raised:
+        load_config(write(tmp_path, text))
+    assert "pw" not in str(raised.value)  # a URL's password is never quoted

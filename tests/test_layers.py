@@ -25,7 +25,15 @@ SANS_IO = [
     "config_file",
     "converters",
 ]
-SANS_IO_MODULES = ["proxai.relay.ending", "proxai.relay.messages", "proxai.service.plan"]
+SANS_IO_MODULES = [
+    "proxai.relay.ending",
+    "proxai.relay.messages",
+    "proxai.service.plan",
+    "proxai.state",  # all but proxai.state.redis, which only open_store's redis backend loads
+    "proxai.state.records",
+    "proxai.state.memory",
+    "proxai.state.store",
+]
 IO_LIBRARIES = ("trio", "hypercorn", "httpx", "httpcore", "anyio")
 
 
@@ -59,7 +67,7 @@ LAYERS: list[set[str]] = [
     {"wire"},
     {"protocols"},
     {"policy", "translate"},
-    {"config_file", "upstream", "ops"},
+    {"config_file", "upstream", "ops", "state"},
     {"relay"},
     {"service"},
     {"testing"},

@@ -1,0 +1,157 @@
+"""The in-process backend: bounded by bytes and by age, O(1) per call, sans-io.
+
+:class:`MemoryState` is the whole logic, synchronous and fed the time by a clock;
+:class:`MemoryStore` is the :class:`~proxai.state.store.StateStore` on top of it (its
+calls never wait, so they never time out). Two orders are kept over the same records:
+
+- use (least recently used first): ``put`` and ``get`` move a record to the end; when
+  the bytes held pass ``max_bytes`` the front goes;
+- age (oldest first): every record lives ``ttl`` from its ``put``, so the order of puts
+  is the order of expiry, and each call frees the expired ones from the front. An
+  expired record is never answered even before it is freed.
+
+An item's index entry names the record that holds it and goes with that record (an
+item seen again in a later response, as its input, is indexed to the later one).
+Memory is linear in what is held: the records, two dictionary entries each, and one
+entry per indexed item.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+import attrs
+
+from .records import StoredResponse
+from .store import RecordTooLarge
+
+__all__ = ["MemoryState", "MemoryStore"]
+
+_Key = tuple[str, str]  # (tenant, id)
+
+
+@attrs.define
+class _Entry:
+    record: StoredResponse
+    size: int
+    expires_at: float
+
+
+class MemoryState:
+    """Stored responses in this process, synchronously (see the module's docstring)."""
+
+    def __init__(self, *, max_bytes: int, ttl: float, clock: Callable[[], float]) -> None:
+        self.max_bytes = max_bytes
+        self.ttl = ttl
+        self._clock = clock
+        self._by_use: OrderedDict[_Key, _Entry] = OrderedDict()
+        self._by_age: OrderedDict[_Key, None] = OrderedDict()
+        #: (tenant, item id) -> (id of the record holding it, its place in the record's items)
+        self._items: dict[_Key, tuple[str, int]] = {}
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._by_use)
+
+    @property
+    def indexed_items(self) -> int:
+        return len(self._items)
+
+    def get(self, tenant: str, response_id: str) -> StoredResponse | None:
+        self._expire()
+        key = (tenant, response_id)
+        entry = self._by_use.get(key)
+        if entry is None:
+            return None
+        self._by_use.move_to_end(key)
+        return entry.record
+
+    def put(self, record: StoredResponse) -> None:
+        size = record.size
+        if size > self.max_bytes:
+            raise RecordTooLarge(
+                f"a stored response of {size} bytes is larger than state.max_bytes "
+                f"({self.max_bytes})"
+            )
+        self._expire()
+        key = (record.tenant, record.id)
+        self._drop(key)
+        self._by_use[key] = _Entry(record, size, self._clock() + self.ttl)
+        self._by_age[key] = None
+        self.bytes += size
+        for place, item_id in enumerate(record.item_ids):
+            if item_id is not None:
+                self._items[(record.tenant, item_id)] = (record.id, place)
+        while self.bytes > self.max_bytes:
+            self._drop(next(iter(self._by_use)))
+
+    def delete(self, tenant: str, response_id: str) -> bool:
+        self._expire()
+        return self._drop((tenant, response_id))
+
+    def item(self, tenant: str, item_id: str) -> bytes | None:
+        self._expire()
+        found = self._items.get((tenant, item_id))
+        if found is None:
+            return None
+        holder, place = found
+        self._by_use.move_to_end((tenant, holder))  # a use, as a get is
+        record = self._by_use[(tenant, holder)].record
+        inputs = len(record.input_items)
+        return record.input_items[place] if place < inputs else record.output_items[place - inputs]
+
+    def clear(self) -> None:
+        self._by_use.clear()
+        self._by_age.clear()
+        self._items.clear()
+        self.bytes = 0
+
+    def _expire(self) -> None:
+        """Free the expired records: the oldest first, stopping at the first alive
+        (each record is freed once, so this is O(1) amortized per call)."""
+        now = self._clock()
+        while self._by_age:
+            key = next(iter(self._by_age))
+            if self._by_use[key].expires_at > now:
+                return
+            self._drop(key)
+
+    def _drop(self, key: _Key) -> bool:
+        entry = self._by_use.pop(key, None)
+        if entry is None:
+            return False
+        del self._by_age[key]
+        self.bytes -= entry.size
+        tenant, response_id = key
+        for item_id in entry.record.item_ids:
+            if item_id is not None:
+                found = self._items.get((tenant, item_id))
+                if found is not None and found[0] == response_id:
+                    del self._items[(tenant, item_id)]
+        return True
+
+
+class MemoryStore:
+    """:class:`MemoryState` as a :class:`~proxai.state.store.StateStore`."""
+
+    def __init__(
+        self, *, max_bytes: int, ttl: float, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.state = MemoryState(max_bytes=max_bytes, ttl=ttl, clock=clock)
+
+    async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
+        return self.state.get(tenant, response_id)
+
+    async def put(self, record: StoredResponse) -> None:
+        self.state.put(record)
+
+    async def delete(self, tenant: str, response_id: str) -> bool:
+        return self.state.delete(tenant, response_id)
+
+    async def item(self, tenant: str, item_id: str) -> bytes | None:
+        return self.state.item(tenant, item_id)
+
+    async def aclose(self) -> None:
+        self.state.clear()

@@ -1,0 +1,215 @@
+"""The Redis backend (``[state] backend = "redis"``), on coredis over trio.
+
+Keys (``P`` is ``[state] key_prefix``; a tenant is hex or ``unauthenticated``, so
+never holds a colon):
+
+- ``P resp:<tenant>:<id>``: the record's bytes (:meth:`StoredResponse.to_bytes`);
+- ``P item:<tenant>:<item id>``: ``"<offset> <length> <record key>"``, where the item
+  lies in the record it was last stored with.
+
+Both are written by one Lua script with the same ``PX`` TTL, so Redis expires a record
+and its index together and one round trip stores them; ``get`` is one ``GET``, an item
+one script (the pointer, then a ``GETRANGE`` of the record: a pointer whose record was
+deleted or evicted answers nothing), ``delete`` one script (it reads the record's
+header for its item ids, and drops the pointers that still point into it).
+
+Every call is bounded by ``[state] timeout`` and any failure is
+:class:`~proxai.state.store.StateUnavailable`. The connection pool lives in
+:meth:`RedisStore.run`'s task and any task may call. Calls share connections (coredis
+multiplexes them), and a connection that died is replaced by the next call that needs
+one: a Redis that went away, or stopped answering, is served again as soon as it is
+back, with nothing to reset. A call cut off by the timeout leaves its connection in
+order (its answer, if it comes, is read and dropped).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import coredis
+import coredis.exceptions
+import trio
+from coredis.commands import Script
+
+from ..config import StateConfig
+from .records import RecordFormatError, StoredResponse
+from .store import StateUnavailable
+
+__all__ = ["RedisStore", "open_redis_store"]
+
+log = logging.getLogger("proxai.state")
+T = TypeVar("T")
+
+# drop(record key, item key prefix): forget a record and the pointers into it.
+_DROP = """
+local function drop(rec, items)
+  local head = redis.call('GETRANGE', rec, 0, 23)
+  if head == '' then return 0 end
+  local nl = string.find(head, '\\n', 1, true)
+  local n = tonumber(string.sub(head, 1, nl - 1))
+  local header = cjson.decode(redis.call('GETRANGE', rec, nl, nl + n - 1))
+  for _, id in ipairs(header['item_ids']) do
+    if id ~= cjson.null then
+      local key = items .. id
+      local ptr = redis.call('GET', key)
+      if ptr and string.match(ptr, '^%d+ %d+ (.+)$') == rec then
+        redis.call('DEL', key)
+      end
+    end
+  end
+  redis.call('DEL', rec)
+  return 1
+end
+"""
+# KEYS: record, then item pointers; ARGV: item prefix, ttl ms, record, then pointers.
+_PUT: Script[bytes] = Script(
+    script=_DROP
+    + """
+drop(KEYS[1], ARGV[1])
+redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
+for i = 2, #KEYS do
+  redis.call('SET', KEYS[i], ARGV[i + 2], 'PX', ARGV[2])
+end
+return 1
+"""
+)
+_DELETE: Script[bytes] = Script(script=_DROP + "\nreturn drop(KEYS[1], ARGV[1])\n")
+_ITEM: Script[bytes] = Script(
+    script="""
+local ptr = redis.call('GET', KEYS[1])
+if not ptr then return false end
+local s, n, rec = string.match(ptr, '^(%d+) (%d+) (.+)$')
+if not rec then return false end
+local value = redis.call('GETRANGE', rec, tonumber(s), tonumber(s) + tonumber(n) - 1)
+if value == '' then return false end
+return value
+"""
+)
+
+
+class RedisStore:
+    """A :class:`~proxai.state.store.StateStore` on one Redis (see the module's
+    docstring); started with ``await nursery.start(store.run)``, ended by :meth:`aclose`."""
+
+    def __init__(self, config: StateConfig) -> None:
+        assert config.url is not None
+        self._url = config.url
+        self._timeout = config.timeout
+        self._ttl_ms = max(1, round(config.ttl * 1000))
+        self._prefix = config.key_prefix
+        self._client: coredis.Redis[bytes] | None = None
+        self._closed = trio.Event()
+        self._ready = trio.Event()  # set: a pool is open (or never will be again)
+        self._closing = False
+        self._done = trio.Event()
+
+    def _new_client(self) -> coredis.Redis[bytes]:
+        # A connection attempt gives up before the call's own deadline, so a silent
+        # Redis fails inside coredis first; a URL's user and password are %-decoded.
+        return coredis.Redis.from_url(
+            self._url, decode_components=True, connect_timeout=self._timeout / 2
+        )
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Hold a connection pool open until :meth:`aclose` (a new one should it fail).
+        Redis need not be up: connections are made by the calls, as needed."""
+        task_status.started()
+        try:
+            while not self._closing:
+                client = self._new_client()
+                try:
+                    async with client:
+                        self._open(client)
+                        await self._closed.wait()
+                except Exception as exc:  # a pool that failed: the next one may not
+                    log.warning("state: the Redis connection pool failed (%s)", type(exc).__name__)
+                    with trio.move_on_after(min(self._timeout, 1.0)):
+                        await self._closed.wait()
+                finally:
+                    if self._client is not None:
+                        self._client = None
+                        self._ready = trio.Event()
+        finally:
+            self._done.set()
+            self._ready.set()  # calls waiting for a pool: there will be none
+
+    def _open(self, client: coredis.Redis[bytes]) -> None:
+        self._client = client
+        self._ready.set()
+
+    async def aclose(self) -> None:
+        if self._done.is_set():
+            return
+        self._closing = True
+        self._closed.set()
+        await self._done.wait()
+
+    # -- the calls -----------------------------------------------------------------------
+
+    def _record_key(self, tenant: str, response_id: str) -> str:
+        return f"{self._prefix}resp:{tenant}:{response_id}"
+
+    def _items_prefix(self, tenant: str) -> str:
+        return f"{self._prefix}item:{tenant}:"
+
+    async def _call(self, call: Callable[[coredis.Redis[bytes]], Awaitable[T]]) -> T:
+        with trio.move_on_after(self._timeout):
+            while (client := self._client) is None:  # a pool being replaced: wait for it
+                if self._closing:
+                    raise StateUnavailable("the store is closed")
+                await self._ready.wait()
+            try:
+                return await call(client)
+            except (coredis.exceptions.RedisError, OSError, RuntimeError) as exc:
+                # Never the exception's text: it may quote the URL or the data.
+                raise StateUnavailable(f"Redis: {type(exc).__name__}") from None
+        raise StateUnavailable(f"Redis did not answer within {self._timeout:g} s")
+
+    async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
+        key = self._record_key(tenant, response_id)
+        data = await self._call(lambda client: client.get(key))
+        if data is None:
+            return None
+        try:
+            record = StoredResponse.from_bytes(data)
+        except RecordFormatError:
+            log.warning("state: a stored record of another format was skipped")
+            return None
+        return record if record.tenant == tenant and record.id == response_id else None
+
+    async def put(self, record: StoredResponse) -> None:
+        rec = self._record_key(record.tenant, record.id)
+        items = self._items_prefix(record.tenant)
+        keys = [rec]
+        args: list[str | bytes | int] = [items, self._ttl_ms, record.to_bytes()]
+        for item_id, offset, length in record.item_spans():
+            keys.append(items + item_id)
+            args.append(f"{offset} {length} {rec}")
+        await self._call(lambda client: _PUT(keys=keys, args=args, client=client))
+
+    async def delete(self, tenant: str, response_id: str) -> bool:
+        keys = [self._record_key(tenant, response_id)]
+        args = [self._items_prefix(tenant)]
+        dropped: Any = await self._call(lambda client: _DELETE(keys=keys, args=args, client=client))
+        return bool(dropped)
+
+    async def item(self, tenant: str, item_id: str) -> bytes | None:
+        keys = [self._items_prefix(tenant) + item_id]
+        found: Any = await self._call(lambda client: _ITEM(keys=keys, client=client))
+        return found if isinstance(found, bytes) else None
+
+
+@asynccontextmanager
+async def open_redis_store(config: StateConfig) -> AsyncIterator[RedisStore]:
+    """A :class:`RedisStore` running for the ``async with`` block."""
+    async with trio.open_nursery() as nursery:
+        store = RedisStore(config)
+        await nursery.start(store.run)
+        try:
+            yield store
+        finally:
+            with trio.CancelScope(shield=True):
+                await store.aclose()

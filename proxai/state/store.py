@@ -1,0 +1,89 @@
+"""The state backends' one interface, their failures, and the factory that opens one.
+
+The interface is small on purpose: a record in, a record or one item out, by tenant
+and id. Expanding history, resolving references and bounding are done above it (and,
+for the memory backend, in :mod:`proxai.state.memory`'s sans-io core), so that both
+backends pass the same contract tests and a third would need only these five methods.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Protocol
+
+from ..config import StateBackend, StateConfig
+from ..errors import ProxyError
+from .records import StoredResponse
+
+__all__ = ["RecordTooLarge", "StateStore", "StateUnavailable", "open_store"]
+
+
+class StateUnavailable(ProxyError):
+    """The backend did not answer within ``[state] timeout``, or answered an error:
+    a 503 in the client API's error shape (``code: "state_unavailable"``)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(
+            503,
+            f"proxai's conversation state store is unavailable ({reason}); retry the request",
+            "server_error",
+            code="state_unavailable",
+            headers=((b"retry-after", b"1"),),
+        )
+
+
+class RecordTooLarge(ValueError):
+    """A record larger than the memory backend's whole ``max_bytes``: not stored."""
+
+
+class StateStore(Protocol):
+    """Stored responses, each scoped to its tenant: another tenant's id is ``None``.
+
+    Every method may raise :class:`StateUnavailable` (never after more than ``[state]
+    timeout``); :meth:`put` may raise :class:`RecordTooLarge`.
+    """
+
+    async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
+        """The record, or ``None`` if unknown, expired, evicted or deleted."""
+        ...
+
+    async def put(self, record: StoredResponse) -> None:
+        """Store (or replace) ``record`` and index its items by id, for ``ttl``."""
+        ...
+
+    async def delete(self, tenant: str, response_id: str) -> bool:
+        """Forget the record and its items' index; whether it was there."""
+        ...
+
+    async def item(self, tenant: str, item_id: str) -> bytes | None:
+        """The JSON of an item of a stored response (``item_reference``), by its id."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release the backend (idempotent); the store answers nothing afterwards."""
+        ...
+
+
+@asynccontextmanager
+async def open_store(
+    config: StateConfig, *, clock: Callable[[], float] = time.time
+) -> AsyncIterator[StateStore]:
+    """The store ``config`` names, open for the ``async with`` block (enter it in a task
+    that outlives the requests using it, e.g. the ASGI lifespan's; any task may call
+    the store). Redis need not be up: calls fail with :class:`StateUnavailable` until
+    it is. ``clock`` is the memory backend's time (unix seconds)."""
+    if config.backend is StateBackend.REDIS:
+        from .redis import open_redis_store  # trio and coredis load only when used
+
+        async with open_redis_store(config) as store:
+            yield store
+        return
+    from .memory import MemoryStore
+
+    memory = MemoryStore(max_bytes=config.max_bytes, ttl=config.ttl, clock=clock)
+    try:
+        yield memory
+    finally:
+        await memory.aclose()
