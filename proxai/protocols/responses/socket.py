@@ -22,6 +22,7 @@ import attrs
 import orjson
 
 from ...errors import ProxyError
+from .history import expand, needs, previous_not_found
 
 __all__ = [
     "RESPONSE_CREATE",
@@ -83,17 +84,6 @@ def _is_warm_up(frame: Mapping[str, Any]) -> bool:
     return frame.get("generate") is False
 
 
-def _items(value: Any) -> list[Any]:
-    """A request's ``input`` as a list of items (a string is one user message)."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [{"type": "message", "role": "user", "content": value}]
-    if isinstance(value, list):
-        return value
-    raise ProxyError.invalid_request("'input' must be a string or an array of items", param="input")
-
-
 @attrs.frozen
 class Turn:
     """One ``response.create``, decided before any I/O."""
@@ -133,12 +123,7 @@ class Conversation:
     def turn(self, frame: dict[str, Any], *, upstream_keeps_state: bool) -> Turn:
         """The request a frame (from :func:`read_frame`) makes, with the socket's
         conversation expanded into it when it names the last response."""
-        previous = frame.get("previous_response_id")
-        if previous is not None and not isinstance(previous, str):
-            raise ProxyError.invalid_request(
-                "'previous_response_id' must be a string", param="previous_response_id"
-            )
-        new = [orjson.dumps(item) for item in _items(frame.get("input"))]
+        previous = needs(frame).previous_id
         warm_up = _is_warm_up(frame)
         # A warm-up never reaches the upstream: its id is proxai's, never the upstream's.
         stored = upstream_keeps_state and frame.get("store") is not False and not warm_up
@@ -150,31 +135,17 @@ class Conversation:
             kept, anchor = self.items, self.anchor
         elif previous is not None:
             if previous == self.too_large_id:
-                raise ProxyError(
-                    400,
-                    f"Previous response with id '{previous}' is not kept on this socket: "
-                    f"its conversation is larger than {self.max_bytes} bytes "
-                    "(server.websocket_max_state_bytes); send the whole context",
-                    "invalid_request_error",
-                    param="previous_response_id",
-                    code="previous_response_not_found",
+                raise previous_not_found(
+                    previous,
+                    f" It is not kept on this socket: its conversation is larger than "
+                    f"{self.max_bytes} bytes (server.websocket_max_state_bytes); send the "
+                    "whole context",
                 )
             if not stored:
-                raise ProxyError(
-                    400,
-                    f"Previous response with id '{previous}' not found.",
-                    "invalid_request_error",
-                    param="previous_response_id",
-                    code="previous_response_not_found",
-                )
+                raise previous_not_found(previous)
             anchor = previous  # the upstream has it: it resolves the id itself
-        items = (*kept, *new)
-        body: dict[str, Any] = {k: v for k, v in frame.items() if k not in _SOCKET_FIELDS}
-        body["input"] = [orjson.Fragment(item) for item in items]
-        if anchor is None:
-            body.pop("previous_response_id", None)
-        else:
-            body["previous_response_id"] = anchor
+        fields = {k: v for k, v in frame.items() if k not in _SOCKET_FIELDS}
+        body, items = expand(fields, prior=kept, keep_previous=anchor)
         body["stream"] = True
         return Turn(
             orjson.dumps(body),
