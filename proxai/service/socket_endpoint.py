@@ -29,9 +29,9 @@ import trio
 from ..config import UpstreamConfig
 from ..errors import ProxyError
 from ..outcome import Outcome, OutcomeKind
+from ..protocols.responses.record import ResponseRecord
 from ..protocols.responses.socket import (
     Conversation,
-    TurnRecord,
     error_frame,
     new_response_id,
     read_frame,
@@ -217,7 +217,7 @@ class SocketEndpoint:
             socket_id=state.socket_id,
         )
         state.responses += 1
-        record = TurnRecord(app.config.server.websocket_max_state_bytes)
+        record = ResponseRecord(app.config.server.websocket_max_state_bytes)
         downstream = TurnDownstream(
             state.socket, record, client_write=app.config.timeouts.client_write
         )
@@ -261,7 +261,7 @@ class SocketEndpoint:
         return outcome.kind is not OutcomeKind.CLIENT_STALLED
 
     async def _warm_up(
-        self, state: _Socket, frame: dict[str, Any], record: TurnRecord, outcome: Outcome
+        self, state: _Socket, frame: dict[str, Any], record: ResponseRecord, outcome: Outcome
     ) -> None:
         """``generate: false``: a response with no output, answered by proxai; its
         input becomes the socket's state (Codex's base instructions ride on it)."""

@@ -8,7 +8,7 @@ an upstream that takes each turn as an HTTP request, proxai keeps what the upstr
 would have kept for the socket: the last response's whole input and output, so a
 turn that names it in ``previous_response_id`` and sends only the new items is
 sent upstream self-contained (:meth:`Conversation.turn`). The state is built from
-the stream's ``response.output_item.done`` events (:class:`TurnRecord`), not from
+the stream's ``response.output_item.done`` events (:class:`ResponseRecord`), not from
 the terminal's ``output``, which may be empty (the seed's is).
 """
 
@@ -23,12 +23,12 @@ import orjson
 
 from ...errors import ProxyError
 from .history import expand, needs, previous_not_found
+from .record import ResponseRecord
 
 __all__ = [
     "RESPONSE_CREATE",
     "Conversation",
     "Turn",
-    "TurnRecord",
     "error_frame",
     "limit_reached_error",
     "new_response_id",
@@ -156,7 +156,7 @@ class Conversation:
             stored,
         )
 
-    def keep(self, turn: Turn, record: TurnRecord) -> None:
+    def keep(self, turn: Turn, record: ResponseRecord) -> None:
         """After a response: its input and output become the state, if it ended in a
         way a later turn may follow (completed or incomplete); otherwise the state stays
         as it was."""
@@ -181,71 +181,6 @@ class Conversation:
         """Free the state (the socket closed)."""
         self.items, self.anchor, self.size, self.last_id = (), None, 0, None
         self.last_stored = False
-
-
-_CREATED = b'"response.created"'
-_ITEM_DONE = b'"response.output_item.done"'
-_TERMINALS = (b'"response.completed"', b'"response.incomplete"', b'"response.failed"')
-
-
-@attrs.define
-class TurnRecord:
-    """What a response's events say for the socket's state: its id, its output items
-    (from ``response.output_item.done``), and how it ended.
-
-    Each event's JSON is only searched for these types (a quoted type cannot occur
-    inside a JSON string, where its quotes are escaped); only the few events that
-    match are parsed.
-    """
-
-    max_bytes: int
-    response_id: str | None = None
-    terminal: str | None = None
-    items: list[bytes] = attrs.field(factory=list)
-    size: int = 0
-    overflowed: bool = False
-
-    def event(self, data: bytes) -> None:
-        if _ITEM_DONE in data:
-            event = _event(data, "response.output_item.done")
-            item = event.get("item") if event is not None else None
-            if isinstance(item, dict) and not self.overflowed:
-                raw = orjson.dumps(item)
-                self.size += len(raw)
-                if self.size > self.max_bytes:
-                    self.overflowed, self.items = True, []
-                else:
-                    self.items.append(raw)
-            return
-        if self.response_id is None and _CREATED in data:
-            event = _event(data, "response.created")
-            if event is not None:
-                self._note_response(event)
-            return
-        if any(t in data for t in _TERMINALS):
-            event = _event(data, None)
-            if event is not None and event.get("type") in (
-                "response.completed",
-                "response.incomplete",
-                "response.failed",
-            ):
-                self.terminal = event["type"]
-                self._note_response(event)
-
-    def _note_response(self, event: dict[str, Any]) -> None:
-        response = event.get("response")
-        if isinstance(response, dict) and isinstance(response.get("id"), str):
-            self.response_id = response["id"]
-
-
-def _event(data: bytes, kind: str | None) -> dict[str, Any] | None:
-    try:
-        event = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(event, dict) or (kind is not None and event.get("type") != kind):
-        return None
-    return event
 
 
 def warm_up_events(frame: Mapping[str, Any], response_id: str, now: float) -> list[bytes]:
