@@ -483,6 +483,12 @@ class ProxaiApp:
 
     # -- conversation state ([state]) ----------------------------------------------------
 
+    @property
+    def stores_responses(self) -> bool:
+        """Whether proxai keeps stored responses (a socket's turn naming a response the
+        socket does not hold is then resolved, or refused, by them)."""
+        return self._conversations is not None
+
     def _stateful(self, incoming: Incoming) -> bool:
         api = incoming.api
         return (

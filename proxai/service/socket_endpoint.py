@@ -241,7 +241,9 @@ class SocketEndpoint:
                 await app.relay_request(incoming, body, downstream, outcome, None, clients)
                 return outcome.kind is not OutcomeKind.CLIENT_STALLED
             keeps_state = UPSTREAM_PROTOCOLS[first.protocol].keeps_state
-            turn = state.conversation.turn(frame, upstream_keeps_state=keeps_state)
+            turn = state.conversation.turn(
+                frame, upstream_keeps_state=keeps_state, others_resolve=app.stores_responses
+            )
             if turn.warm_up:
                 await self._warm_up(state, frame, record, outcome)
             else:

@@ -120,9 +120,14 @@ class Conversation:
     #: The last response, when it was too large to keep.
     too_large_id: str | None = None
 
-    def turn(self, frame: dict[str, Any], *, upstream_keeps_state: bool) -> Turn:
+    def turn(
+        self, frame: dict[str, Any], *, upstream_keeps_state: bool, others_resolve: bool = False
+    ) -> Turn:
         """The request a frame (from :func:`read_frame`) makes, with the socket's
-        conversation expanded into it when it names the last response."""
+        conversation expanded into it when it names the last response.
+
+        ``others_resolve``: a ``previous_response_id`` the socket does not hold goes on
+        as sent, for proxai's stored responses to resolve (or refuse)."""
         previous = needs(frame).previous_id
         warm_up = _is_warm_up(frame)
         # A warm-up never reaches the upstream: its id is proxai's, never the upstream's.
@@ -141,7 +146,7 @@ class Conversation:
                     f"{self.max_bytes} bytes (server.websocket_max_state_bytes); send the "
                     "whole context",
                 )
-            if not stored:
+            if not stored and not others_resolve:
                 raise previous_not_found(previous)
             anchor = previous  # the upstream has it: it resolves the id itself
         fields = {k: v for k, v in frame.items() if k not in _SOCKET_FIELDS}
