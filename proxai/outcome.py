@@ -222,6 +222,11 @@ class Outcome:
     #: final output; ``None`` when there was nothing to compare.
     aggregates_match: bool | None = None
     anomalies: list[str] = attrs.field(factory=list)  # odd upstream input, forwarded anyway
+    #: What proxai could not do for the request and served it without (a response not
+    #: stored because the state store did not answer), in proxai's words.
+    warnings: list[str] = attrs.field(factory=list)
+    #: The id proxai stored the response under (``[state]``), if it did.
+    stored_as: str | None = None
     #: ``responses→chat`` when the request was translated (client API → upstream API).
     translation: str | None = None
     #: Request fields the translation dropped (dotted paths), e.g. ``tools.web_search``, as

@@ -111,6 +111,8 @@ def log_fields(outcome: Outcome) -> dict[str, Any]:
         "calls_more": outcome.calls_more,
         "aggregates_match": outcome.aggregates_match,
         "anomalies": len(outcome.anomalies),
+        "warnings": [_short(w) for w in outcome.warnings] or None,
+        "stored_as": outcome.stored_as,
         "detail": _short(outcome.detail),
     }
 

@@ -19,13 +19,41 @@ from ..errors import ProxyError
 from ..outcome import OutcomeKind
 from ..protocols.table import ClientSdk
 
-__all__ = ["HASH_PREFIX", "ClientKeys"]
+__all__ = ["HASH_PREFIX", "PUBLIC_TENANT", "ClientKeys", "tenant_of"]
 
 HASH_PREFIX = "sha256:"
+#: Whose stored data a request without ``[auth]`` reads and writes.
+PUBLIC_TENANT = "public"
 
 
 def _digest(key: str) -> bytes:
     return hashlib.sha256(key.encode()).digest()
+
+
+def _tenant(key: str) -> str:
+    """Whose stored data a key reads and writes: its digest, never the key."""
+    return _digest(key).hex()
+
+
+def _presented(headers: Iterable[tuple[bytes, bytes]], sdk: ClientSdk) -> list[str]:
+    presented: list[str] = []
+    for name, value in headers:
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                presented.append(token.strip())
+        elif name in sdk.key_headers:
+            presented.append(value.decode("latin-1").strip())
+    return presented
+
+
+def tenant_of(
+    keys: ClientKeys | None, headers: Iterable[tuple[bytes, bytes]], sdk: ClientSdk
+) -> str:
+    """The tenant of an admitted request: its key's (``[auth]`` on), else the public one."""
+    if keys is None:
+        return PUBLIC_TENANT
+    return keys.check(headers, sdk)
 
 
 def _parse(entry: str, where: str) -> bytes:
@@ -70,20 +98,14 @@ class ClientKeys:
             found |= hmac.compare_digest(presented, digest)
         return found
 
-    def check(self, headers: Iterable[tuple[bytes, bytes]], sdk: ClientSdk) -> None:
+    def check(self, headers: Iterable[tuple[bytes, bytes]], sdk: ClientSdk) -> str:
         """Raise 401 unless the request carries an accepted key: ``Authorization:
         Bearer`` always, and the headers the client's SDKs send keys in (Anthropic's
-        send ``x-api-key``)."""
-        presented: list[str] = []
-        for name, value in headers:
-            if name == b"authorization":
-                scheme, _, token = value.decode("latin-1").partition(" ")
-                if scheme.lower() == "bearer" and token.strip():
-                    presented.append(token.strip())
-            elif name in sdk.key_headers:
-                presented.append(value.decode("latin-1").strip())
-        if any(self.accepts(key) for key in presented):
-            return
+        send ``x-api-key``). Returns the key's tenant (:func:`tenant_of`)."""
+        presented = _presented(headers, sdk)
+        for key in presented:
+            if self.accepts(key):
+                return _tenant(key)
         header = sdk.key_header_name
         if presented:
             message = "Incorrect API key provided to proxai"

@@ -27,13 +27,17 @@ from ..ops.masking import SecretMask
 from ..ops.metrics import Metrics
 from ..ops.request_log import RequestLog
 from ..outcome import Outcome, OutcomeKind
-from ..policy.auth import ClientKeys
+from ..policy.auth import ClientKeys, tenant_of
 from ..policy.browser import BrowserPolicy, BrowserRequest, Verdict, is_loopback
 from ..policy.retry import RetryBudget, RetryPlan
 from ..policy.target import check_head_size, check_path, check_target
+from ..protocols.names import WireApi
+from ..protocols.responses.record import ResponseRecord
+from ..protocols.table import UPSTREAM_PROTOCOLS
 from ..relay.exchange import Exchange, ProxiedRequest, UpstreamTarget
 from ..relay.relay import Relay
 from ..relay.writer import Downstream, error_response, send_error
+from ..state import StateUnavailable, open_store
 from ..upstream.client import Upstream, UpstreamClient
 from ..upstream.websocket import StreamOpener, UpstreamSocket
 from ..wire.headers import Headers
@@ -44,8 +48,10 @@ from .background import Failures
 from .gate import Gate
 from .live_view import LiveView
 from .local import HEALTH_PATHS, LocalAnswers, send_local_answer
-from .plan import Incoming, Plan, Planner, read_head
+from .conversations import Conversations, StatePlan, parse_query
+from .plan import Incoming, Plan, Planner, Prepared, read_head
 from .socket_endpoint import SocketEndpoint
+from .storing import StoringDownstream
 
 __all__ = ["OutcomeHook", "ProxaiApp", "UpstreamFactory"]
 
@@ -79,6 +85,8 @@ class ProxaiApp:
         #: Started once and shut down since: /healthz says "stopped", not "starting".
         self._stopped = False
         self._upstream_factory = upstream_factory
+        #: The stored responses (``[state]``), from startup to shutdown.
+        self._conversations: Conversations | None = None
         #: How upstream WebSockets connect (``None``: TCP; tests connect in memory).
         self._socket_opener = socket_opener
         self._on_outcome = on_outcome
@@ -133,7 +141,11 @@ class ProxaiApp:
         return self.serving and not self._gate.draining
 
     async def startup(self) -> None:
-        """Open a connection pool per upstream (lifespan startup)."""
+        """Open a connection pool per upstream and the state store (lifespan startup)."""
+        store = open_store(self.config.state)
+        self._conversations = Conversations(
+            store, max_record_bytes=self.config.server.websocket_max_state_bytes
+        )
         self._clients = {
             name: self._upstream_factory(upstream, self.config.timeouts_for(name), name=name)
             for name, upstream in self.config.all_upstreams()
@@ -147,6 +159,9 @@ class ProxaiApp:
         clients, self._clients = self._clients, {}
         for client in clients.values():
             await client.aclose()
+        conversations, self._conversations = self._conversations, None
+        if conversations is not None:
+            await conversations.store.aclose()
 
     def begin_drain(self) -> None:
         """Stop taking requests (``/readyz`` turns 503; new ones get 503); the
@@ -424,9 +439,14 @@ class ProxaiApp:
         """Plan a request whose body is in and relay it (raises ProxyError); a socket's
         turn comes here too, with its own ``clients`` for the upstreams it holds a
         socket to."""
-        exchange = await self._exchange(incoming, body, downstream, outcome, clients)
-        if exchange is None:
+        if await self._answer_stored(incoming, downstream, outcome):
             return
+        planned = await self._exchange(incoming, body, downstream, outcome, clients)
+        if planned is None:
+            return
+        exchange, state = planned
+        if state is not None and state.stored is not None:
+            downstream = self._storing(incoming, state, downstream, outcome)
         on_attempt = self._metrics.attempt if self._metrics is not None else None
         relay = Relay(exchange, downstream, outcome, tap=capture, on_attempt=on_attempt)
         self._relays.add(relay)
@@ -442,19 +462,107 @@ class ProxaiApp:
         downstream: Downstream,
         outcome: Outcome,
         clients: Mapping[str, Upstream] | None = None,
-    ) -> Exchange | None:
+    ) -> tuple[Exchange, StatePlan | None] | None:
         """Plan the request and make its :class:`Exchange` (``None``: proxai answered it
         itself). The parsed body dies here: a long stream keeps only the bytes each
         upstream is sent, not the client's request as Python objects."""
         prepared = self._planner.prepare(incoming, body)
         if prepared.tools is not None:
             outcome.model, outcome.tools = prepared.model, prepared.tools
-        plan = self._planner.plan(incoming, body, prepared)
+        state = await self._state_plan(incoming, body, prepared)
+        if state is not None and state.body is not body:
+            body = state.body
+            prepared = self._planner.prepare(incoming, body)
+        stored = state.stored if state is not None else None
+        plan = self._planner.plan(incoming, body, prepared, stored)
         outcome.route = plan.route.name
         if plan.local is not None:
             await send_local_answer(plan.local, downstream, outcome, incoming.id_header)
             return None
-        return self._exchange_of(incoming, plan, clients or {})
+        return self._exchange_of(incoming, plan, clients or {}), state
+
+    # -- conversation state ([state]) ----------------------------------------------------
+
+    @property
+    def stores_responses(self) -> bool:
+        """Whether proxai keeps stored responses (a socket's turn naming a response the
+        socket does not hold is then resolved, or refused, by them)."""
+        return self._conversations is not None
+
+    def _stateful(self, incoming: Incoming) -> bool:
+        api = incoming.api
+        return (
+            self._conversations is not None
+            and api is not None
+            and api.wire is WireApi.RESPONSES
+            and incoming.method == "POST"
+            and incoming.route_path == api.path.template
+        )
+
+    async def _state_plan(
+        self, incoming: Incoming, body: bytes, prepared: Prepared
+    ) -> StatePlan | None:
+        """The state step of a ``POST /v1/responses`` (``None``: not one)."""
+        if not self._stateful(incoming) or prepared.data is None:
+            return None
+        assert self._conversations is not None
+        route = self._planner.route(incoming, prepared.model)
+        first = self.config.upstream_named(route.upstreams[0])
+        assert first is not None
+        return await self._conversations.prepare(
+            body,
+            prepared.data,
+            tenant=tenant_of(self._keys, incoming.headers, incoming.sdk),
+            upstream_keeps_state=UPSTREAM_PROTOCOLS[first.protocol].keeps_state,
+        )
+
+    def _storing(
+        self, incoming: Incoming, state: StatePlan, downstream: Downstream, outcome: Outcome
+    ) -> Downstream:
+        """The client's downstream, storing the response before its terminal goes out."""
+        conversations = self._conversations
+        assert conversations is not None
+        tenant = tenant_of(self._keys, incoming.headers, incoming.sdk)
+
+        async def save(record: ResponseRecord) -> None:
+            try:
+                await conversations.save(state, record, tenant=tenant)
+            except StateUnavailable as exc:
+                outcome.warnings.append(f"the response was not stored: {exc.message}")
+                return
+            outcome.stored_as = record.response_id
+
+        return StoringDownstream(downstream, conversations.record(), save)
+
+    async def _answer_stored(
+        self, incoming: Incoming, downstream: Downstream, outcome: Outcome
+    ) -> bool:
+        """Retrieve, list the input items of, or delete a response proxai stored."""
+        if (
+            self._conversations is None
+            or incoming.method not in ("GET", "DELETE")
+            or not incoming.route_path.startswith("/v1/responses/")
+        ):
+            return False
+        answer = await self._conversations.answer(
+            incoming.method,
+            incoming.route_path,
+            parse_query(incoming.query),
+            tenant=tenant_of(self._keys, incoming.headers, incoming.sdk),
+        )
+        if answer is None:
+            return False
+        status, body = answer
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            *incoming.id_header,
+        ]
+        await downstream.send_head(status, headers)
+        await downstream.send_body(body, more=False)
+        outcome.status, outcome.kind = status, OutcomeKind.COMPLETED
+        outcome.detail = "answered by proxai from its stored responses"
+        return True
 
     def _exchange_of(
         self, incoming: Incoming, plan: Plan, clients: Mapping[str, Upstream]

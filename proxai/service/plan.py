@@ -37,6 +37,7 @@ from ..protocols.table import (
 )
 from ..protocols.tracking import StreamLimits
 from ..translate.carriers import carries_proxai_reasoning, strip_proxai_reasoning
+from ..translate.ir import StoredAs
 from ..translate.pairs import translate, upstream_api
 from ..wire.headers import Headers
 from ..wire.json_body import dumps_kept, load_json_object
@@ -242,9 +243,12 @@ class Planner:
             projection.tool_names(),
         )
 
-    def plan(self, incoming: Incoming, body: bytes, prepared: Prepared) -> Plan:
+    def plan(
+        self, incoming: Incoming, body: bytes, prepared: Prepared, stored: StoredAs | None = None
+    ) -> Plan:
         """Route a prepared request and say what each upstream of its route is sent;
-        raises ProxyError (404 without a route, 400 for what cannot be translated)."""
+        raises ProxyError (404 without a route, 400 for what cannot be translated).
+        ``stored``: proxai stores the response (a translated one carries its id)."""
         route = self.route(incoming, prepared.model)
         if incoming.local is not None:
             api, answer = incoming.local
@@ -253,7 +257,7 @@ class Planner:
                 request = prepared.data if prepared.data is not None else {}
                 return Plan(route, {}, prepared.streaming, LocalPlan(answer, request))
         targets = {
-            name: self._target(self._upstreams[name], body, incoming, prepared, route)
+            name: self._target(self._upstreams[name], body, incoming, prepared, route, stored)
             for name in dict.fromkeys(route.upstreams)
         }
         return Plan(route, targets, prepared.streaming)
@@ -265,6 +269,7 @@ class Planner:
         incoming: Incoming,
         prepared: Prepared,
         route: Route,
+        stored: StoredAs | None = None,
     ) -> TargetPlan:
         """What one upstream of the route gets: the client's request, rewritten where a
         normalize pass or a model rewrite applies, or translated into its API."""
@@ -276,7 +281,7 @@ class Planner:
             return TargetPlan(sent, prepared.observer_factory, dropped=dropped)
         if route.upstream_model is not None:
             data = {**data, "model": route.upstream_model}
-        translated = translate(api.wire, wire, data, upstream.translation)
+        translated = translate(api.wire, wire, data, upstream.translation, stored=stored)
         target = API_BY_WIRE[wire]
         limits = attrs.evolve(self._limits, end_past_kept=True)
         client_body = data

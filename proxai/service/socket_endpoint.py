@@ -29,9 +29,9 @@ import trio
 from ..config import UpstreamConfig
 from ..errors import ProxyError
 from ..outcome import Outcome, OutcomeKind
+from ..protocols.responses.record import ResponseRecord
 from ..protocols.responses.socket import (
     Conversation,
-    TurnRecord,
     error_frame,
     new_response_id,
     read_frame,
@@ -217,7 +217,7 @@ class SocketEndpoint:
             socket_id=state.socket_id,
         )
         state.responses += 1
-        record = TurnRecord(app.config.server.websocket_max_state_bytes)
+        record = ResponseRecord(app.config.server.websocket_max_state_bytes)
         downstream = TurnDownstream(
             state.socket, record, client_write=app.config.timeouts.client_write
         )
@@ -241,7 +241,9 @@ class SocketEndpoint:
                 await app.relay_request(incoming, body, downstream, outcome, None, clients)
                 return outcome.kind is not OutcomeKind.CLIENT_STALLED
             keeps_state = UPSTREAM_PROTOCOLS[first.protocol].keeps_state
-            turn = state.conversation.turn(frame, upstream_keeps_state=keeps_state)
+            turn = state.conversation.turn(
+                frame, upstream_keeps_state=keeps_state, others_resolve=app.stores_responses
+            )
             if turn.warm_up:
                 await self._warm_up(state, frame, record, outcome)
             else:
@@ -261,7 +263,7 @@ class SocketEndpoint:
         return outcome.kind is not OutcomeKind.CLIENT_STALLED
 
     async def _warm_up(
-        self, state: _Socket, frame: dict[str, Any], record: TurnRecord, outcome: Outcome
+        self, state: _Socket, frame: dict[str, Any], record: ResponseRecord, outcome: Outcome
     ) -> None:
         """``generate: false``: a response with no output, answered by proxai; its
         input becomes the socket's state (Codex's base instructions ride on it)."""

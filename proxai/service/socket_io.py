@@ -15,7 +15,8 @@ import enum
 import attrs
 import trio
 
-from ..protocols.responses.socket import TurnRecord, error_frame
+from ..protocols.responses.record import ResponseRecord
+from ..protocols.responses.socket import error_frame
 from ..relay.reader import is_event_stream
 from ..wire.headers import Headers
 from ..wire.sse import SSEFramer
@@ -154,7 +155,9 @@ class ClientSocket:
 class TurnDownstream:
     """Where one response of a socket goes, as the relay writes it."""
 
-    def __init__(self, socket: ClientSocket, record: TurnRecord, *, client_write: float) -> None:
+    def __init__(
+        self, socket: ClientSocket, record: ResponseRecord, *, client_write: float
+    ) -> None:
         self._socket = socket
         # The relay judges a client that reads nothing for ``client_write`` stalled and
         # lets go of the upstream, then holds its last bytes for the client; a socket

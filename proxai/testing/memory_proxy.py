@@ -179,11 +179,12 @@ class MemoryProxy:
             if not message.get("more_body", False):
                 exchange.ended_at = trio.current_time()
 
+        path, _, query = path.partition("?")
         scope = {
             "type": "http",
             "method": method,
             "path": path,
-            "query_string": b"",
+            "query_string": query.encode(),
             "headers": [(b"content-type", b"application/json"), *headers],
         }
         async with trio.open_nursery() as nursery:

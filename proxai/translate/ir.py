@@ -47,6 +47,7 @@ __all__ = [
     "ItemKind",
     "ItemStarted",
     "Started",
+    "StoredAs",
     "TranslationContext",
     "Usage",
     "clamp_count",
@@ -264,6 +265,16 @@ def random_token() -> str:
     return uuid.uuid4().hex
 
 
+@attrs.frozen
+class StoredAs:
+    """A response proxai stores (``store`` true, an upstream that keeps nothing): the
+    id it is stored under, which the client's API's response carries (proxai's own,
+    unguessable), and the ``previous_response_id`` it followed (echoed)."""
+
+    response_id: str
+    previous_response_id: str | None = None
+
+
 @attrs.define
 class TranslationContext:
     """What translating one request learned from it, for its response's translators.
@@ -300,6 +311,8 @@ class TranslationContext:
     #: takes its rng, so a translation is a function of its input.
     clock: Clock = attrs.field(default=time.time, repr=False, eq=False)
     ids: IdSource = attrs.field(default=random_token, repr=False, eq=False)
+    #: Set when proxai stores the response (see :class:`StoredAs`).
+    stored: StoredAs | None = None
     #: Every path noted, while the request is translated (each is listed or counted once).
     _dropped_paths: set[str] = attrs.field(factory=set, init=False, repr=False, eq=False)
 

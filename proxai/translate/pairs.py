@@ -18,7 +18,7 @@ from ..protocols.names import WireApi
 from ..protocols.table import UPSTREAM_PROTOCOLS
 from .decoders import decoder_for
 from .encoders import encoder_for
-from .ir import Clock, IdSource, TranslationContext, random_token
+from .ir import Clock, IdSource, StoredAs, TranslationContext, random_token
 from .requests import TRANSLATORS, translate_request
 from .stream import ResponseTranslator, TranslatorFactory
 
@@ -78,9 +78,11 @@ def translate(
     *,
     clock: Clock = time.time,
     ids: IdSource = random_token,
+    stored: StoredAs | None = None,
 ) -> TranslatedRequest:
     """Rewrite ``body`` for ``upstream``; raises ProxyError (400) for what cannot be.
     ``clock`` and ``ids`` are what the response's encoder reads the time and makes up ids
-    from."""
+    from; ``stored``: proxai stores the response (its id and what it follows)."""
     data, context = translate_request(client, upstream, body, options, clock=clock, ids=ids)
+    context.stored = stored
     return TranslatedRequest(data, context, PAIRS[(client, upstream)])

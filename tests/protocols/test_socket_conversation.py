@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxai.errors import ProxyError
+from proxai.protocols.responses.record import ResponseRecord
 from proxai.protocols.responses.socket import (
     Conversation,
-    TurnRecord,
     error_frame,
     read_frame,
     warm_up_events,
@@ -46,7 +46,7 @@ def run(
     keeps_state: bool,
 ) -> dict[str, Any]:
     turn = conversation.turn(frame, upstream_keeps_state=keeps_state)
-    record = TurnRecord(conversation.max_bytes)
+    record = ResponseRecord(conversation.max_bytes)
     for data in record_events:
         record.event(data)
     conversation.keep(turn, record)
@@ -175,7 +175,7 @@ def test_the_state_is_bounded_and_a_turn_naming_what_was_too_large_is_told_so() 
 
 
 def test_an_output_past_the_bound_is_not_held_while_it_streams() -> None:
-    record = TurnRecord(1000)
+    record = ResponseRecord(1000)
     for data in events("resp_a", [dict(CALL, arguments="y" * 300)] * 10):
         record.event(data)
     assert record.overflowed and record.items == [] and record.terminal == "response.completed"
@@ -200,7 +200,7 @@ def test_a_hundred_thousand_items_are_kept_and_expanded_once_each() -> None:
 
 
 def test_types_quoted_inside_strings_do_not_count() -> None:
-    record = TurnRecord(1 << 20)
+    record = ResponseRecord(1 << 20)
     record.event(
         orjson.dumps({"type": "response.output_text.delta", "delta": '"response.completed"'})
     )

@@ -8,7 +8,7 @@ an upstream that takes each turn as an HTTP request, proxai keeps what the upstr
 would have kept for the socket: the last response's whole input and output, so a
 turn that names it in ``previous_response_id`` and sends only the new items is
 sent upstream self-contained (:meth:`Conversation.turn`). The state is built from
-the stream's ``response.output_item.done`` events (:class:`TurnRecord`), not from
+the stream's ``response.output_item.done`` events (:class:`ResponseRecord`), not from
 the terminal's ``output``, which may be empty (the seed's is).
 """
 
@@ -22,12 +22,13 @@ import attrs
 import orjson
 
 from ...errors import ProxyError
+from .history import expand, needs, previous_not_found
+from .record import ResponseRecord
 
 __all__ = [
     "RESPONSE_CREATE",
     "Conversation",
     "Turn",
-    "TurnRecord",
     "error_frame",
     "limit_reached_error",
     "new_response_id",
@@ -83,17 +84,6 @@ def _is_warm_up(frame: Mapping[str, Any]) -> bool:
     return frame.get("generate") is False
 
 
-def _items(value: Any) -> list[Any]:
-    """A request's ``input`` as a list of items (a string is one user message)."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [{"type": "message", "role": "user", "content": value}]
-    if isinstance(value, list):
-        return value
-    raise ProxyError.invalid_request("'input' must be a string or an array of items", param="input")
-
-
 @attrs.frozen
 class Turn:
     """One ``response.create``, decided before any I/O."""
@@ -130,15 +120,15 @@ class Conversation:
     #: The last response, when it was too large to keep.
     too_large_id: str | None = None
 
-    def turn(self, frame: dict[str, Any], *, upstream_keeps_state: bool) -> Turn:
+    def turn(
+        self, frame: dict[str, Any], *, upstream_keeps_state: bool, others_resolve: bool = False
+    ) -> Turn:
         """The request a frame (from :func:`read_frame`) makes, with the socket's
-        conversation expanded into it when it names the last response."""
-        previous = frame.get("previous_response_id")
-        if previous is not None and not isinstance(previous, str):
-            raise ProxyError.invalid_request(
-                "'previous_response_id' must be a string", param="previous_response_id"
-            )
-        new = [orjson.dumps(item) for item in _items(frame.get("input"))]
+        conversation expanded into it when it names the last response.
+
+        ``others_resolve``: a ``previous_response_id`` the socket does not hold goes on
+        as sent, for proxai's stored responses to resolve (or refuse)."""
+        previous = needs(frame).previous_id
         warm_up = _is_warm_up(frame)
         # A warm-up never reaches the upstream: its id is proxai's, never the upstream's.
         stored = upstream_keeps_state and frame.get("store") is not False and not warm_up
@@ -150,31 +140,17 @@ class Conversation:
             kept, anchor = self.items, self.anchor
         elif previous is not None:
             if previous == self.too_large_id:
-                raise ProxyError(
-                    400,
-                    f"Previous response with id '{previous}' is not kept on this socket: "
-                    f"its conversation is larger than {self.max_bytes} bytes "
-                    "(server.websocket_max_state_bytes); send the whole context",
-                    "invalid_request_error",
-                    param="previous_response_id",
-                    code="previous_response_not_found",
+                raise previous_not_found(
+                    previous,
+                    f" It is not kept on this socket: its conversation is larger than "
+                    f"{self.max_bytes} bytes (server.websocket_max_state_bytes); send the "
+                    "whole context",
                 )
-            if not stored:
-                raise ProxyError(
-                    400,
-                    f"Previous response with id '{previous}' not found.",
-                    "invalid_request_error",
-                    param="previous_response_id",
-                    code="previous_response_not_found",
-                )
+            if not stored and not others_resolve:
+                raise previous_not_found(previous)
             anchor = previous  # the upstream has it: it resolves the id itself
-        items = (*kept, *new)
-        body: dict[str, Any] = {k: v for k, v in frame.items() if k not in _SOCKET_FIELDS}
-        body["input"] = [orjson.Fragment(item) for item in items]
-        if anchor is None:
-            body.pop("previous_response_id", None)
-        else:
-            body["previous_response_id"] = anchor
+        fields = {k: v for k, v in frame.items() if k not in _SOCKET_FIELDS}
+        body, items = expand(fields, prior=kept, keep_previous=anchor)
         body["stream"] = True
         return Turn(
             orjson.dumps(body),
@@ -185,7 +161,7 @@ class Conversation:
             stored,
         )
 
-    def keep(self, turn: Turn, record: TurnRecord) -> None:
+    def keep(self, turn: Turn, record: ResponseRecord) -> None:
         """After a response: its input and output become the state, if it ended in a
         way a later turn may follow (completed or incomplete); otherwise the state stays
         as it was."""
@@ -210,71 +186,6 @@ class Conversation:
         """Free the state (the socket closed)."""
         self.items, self.anchor, self.size, self.last_id = (), None, 0, None
         self.last_stored = False
-
-
-_CREATED = b'"response.created"'
-_ITEM_DONE = b'"response.output_item.done"'
-_TERMINALS = (b'"response.completed"', b'"response.incomplete"', b'"response.failed"')
-
-
-@attrs.define
-class TurnRecord:
-    """What a response's events say for the socket's state: its id, its output items
-    (from ``response.output_item.done``), and how it ended.
-
-    Each event's JSON is only searched for these types (a quoted type cannot occur
-    inside a JSON string, where its quotes are escaped); only the few events that
-    match are parsed.
-    """
-
-    max_bytes: int
-    response_id: str | None = None
-    terminal: str | None = None
-    items: list[bytes] = attrs.field(factory=list)
-    size: int = 0
-    overflowed: bool = False
-
-    def event(self, data: bytes) -> None:
-        if _ITEM_DONE in data:
-            event = _event(data, "response.output_item.done")
-            item = event.get("item") if event is not None else None
-            if isinstance(item, dict) and not self.overflowed:
-                raw = orjson.dumps(item)
-                self.size += len(raw)
-                if self.size > self.max_bytes:
-                    self.overflowed, self.items = True, []
-                else:
-                    self.items.append(raw)
-            return
-        if self.response_id is None and _CREATED in data:
-            event = _event(data, "response.created")
-            if event is not None:
-                self._note_response(event)
-            return
-        if any(t in data for t in _TERMINALS):
-            event = _event(data, None)
-            if event is not None and event.get("type") in (
-                "response.completed",
-                "response.incomplete",
-                "response.failed",
-            ):
-                self.terminal = event["type"]
-                self._note_response(event)
-
-    def _note_response(self, event: dict[str, Any]) -> None:
-        response = event.get("response")
-        if isinstance(response, dict) and isinstance(response.get("id"), str):
-            self.response_id = response["id"]
-
-
-def _event(data: bytes, kind: str | None) -> dict[str, Any] | None:
-    try:
-        event = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(event, dict) or (kind is not None and event.get("type") != kind):
-        return None
-    return event
 
 
 def warm_up_events(frame: Mapping[str, Any], response_id: str, now: float) -> list[bytes]:

@@ -94,7 +94,12 @@ class EncoderBase(abc.ABC):
         if self._started:
             return b""
         self._started = True
-        self._id = derive_id(event.id, self.ID_PREFIX, self._ctx.new_id, self._ID_PREFIXES)
+        stored = self._ctx.stored
+        self._id = (
+            stored.response_id
+            if stored is not None
+            else derive_id(event.id, self.ID_PREFIX, self._ctx.new_id, self._ID_PREFIXES)
+        )
         self._model = self._ctx.model or event.model or "unknown"
         return self._opened(event)
 

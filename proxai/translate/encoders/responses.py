@@ -177,6 +177,9 @@ class ResponsesEncoder(EncoderBase):
             "user": None,
         }
         response.update((k, v) for k, v in self._ctx.echo.items() if k not in _OWN_FIELDS)
+        if self._ctx.stored is not None:  # proxai keeps it: retrievable, chainable
+            response["store"] = True
+            response["previous_response_id"] = self._ctx.stored.previous_response_id
         response.update(
             id=self._id,
             object="response",

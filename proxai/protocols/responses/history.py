@@ -1,0 +1,131 @@
+"""A Responses request's history, sans-io: what a request that names earlier work
+(``previous_response_id``, ``item_reference`` items) is sent upstream as, once
+proxai holds that work.
+
+One code for both holders: a WebSocket's own conversation
+(:mod:`proxai.protocols.responses.socket`) and the stored responses
+(:mod:`proxai.state`). The caller decides synchronously what it must look up
+(:func:`needs`), does the lookups, then :func:`expand` builds the body: the earlier
+items first, as JSON kept byte for byte, then the new ones, each ``item_reference``
+replaced by the item it names. The earlier ``instructions`` are not carried over
+(OpenAI's rule: a request's instructions are its own).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import orjson
+
+from ...errors import ProxyError
+
+__all__ = ["Needs", "expand", "input_items", "needs", "previous_not_found"]
+
+
+@attrs.frozen
+class Needs:
+    """What a request names that someone must hold."""
+
+    previous_id: str | None
+    #: The ids of its ``item_reference`` items, with their input index.
+    references: tuple[tuple[int, str], ...] = ()
+
+
+def input_items(value: Any) -> list[Any]:
+    """A request's ``input`` as a list of items (a string is one user message)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [{"type": "message", "role": "user", "content": value}]
+    if isinstance(value, list):
+        return value
+    raise ProxyError.invalid_request("'input' must be a string or an array of items", param="input")
+
+
+def needs(body: Mapping[str, Any]) -> Needs:
+    """The previous response and the referenced items ``body`` names (400 for a
+    ``previous_response_id`` or a reference that is not a string)."""
+    previous = body.get("previous_response_id")
+    if previous is not None and not isinstance(previous, str):
+        raise ProxyError.invalid_request(
+            "'previous_response_id' must be a string", param="previous_response_id"
+        )
+    references: list[tuple[int, str]] = []
+    items = body.get("input")
+    if isinstance(items, list):
+        for index, item in enumerate(items):
+            if isinstance(item, dict) and item.get("type") == "item_reference":
+                item_id = item.get("id")
+                if not isinstance(item_id, str) or not item_id:
+                    raise ProxyError.invalid_request(
+                        "an item_reference needs the 'id' of the item it names",
+                        param=f"input[{index}].id",
+                    )
+                references.append((index, item_id))
+    return Needs(previous or None, tuple(references))
+
+
+def previous_not_found(response_id: str, why: str = "") -> ProxyError:
+    """OpenAI's answer to a ``previous_response_id`` nobody holds."""
+    return ProxyError(
+        400,
+        f"Previous response with id '{response_id[:200]}' not found.{why}",
+        "invalid_request_error",
+        param="previous_response_id",
+        code="previous_response_not_found",
+    )
+
+
+def item_not_found(index: int, item_id: str) -> ProxyError:
+    """An ``item_reference`` to an item nobody holds."""
+    return ProxyError(
+        400,
+        f"Item with id '{item_id[:200]}' not found.",
+        "invalid_request_error",
+        param=f"input[{index}]",
+        code="item_not_found",
+    )
+
+
+def expand(
+    body: Mapping[str, Any],
+    *,
+    prior: Sequence[bytes] = (),
+    resolved: Mapping[str, bytes] | None = None,
+    keep_previous: str | None = None,
+) -> tuple[dict[str, Any], tuple[bytes, ...]]:
+    """The body to send and its whole input as JSON items.
+
+    ``prior``: the earlier items (input then output of the response followed);
+    ``resolved``: the JSON of referenced items by id (a reference not in it stays as
+    sent, for an upstream that holds it); ``keep_previous``: the
+    ``previous_response_id`` to send (one the upstream holds), else none is sent.
+    Linear in the items: each new item is serialized once, the earlier ones not at all.
+    """
+    found = resolved or {}
+    new: list[bytes] = []
+    for item in input_items(body.get("input")):
+        if isinstance(item, dict) and item.get("type") == "item_reference":
+            held = found.get(item.get("id"))  # type: ignore[arg-type]
+            if held is not None:
+                new.append(held)
+                continue
+        new.append(orjson.dumps(item))
+    items = (*prior, *new)
+    sent: dict[str, Any] = dict(body)
+    sent["input"] = [orjson.Fragment(item) for item in items]
+    if keep_previous is None:
+        sent.pop("previous_response_id", None)
+    else:
+        sent["previous_response_id"] = keep_previous
+    return sent, items
+
+
+def unresolved(needs: Needs, resolved: Mapping[str, bytes]) -> ProxyError | None:
+    """The 400 for the first reference nobody holds, if any."""
+    for index, item_id in needs.references:
+        if item_id not in resolved:
+            return item_not_found(index, item_id)
+    return None

@@ -1,0 +1,157 @@
+"""Stored responses on upstreams that keep none (issue 23), in memory on virtual time:
+the seed's two turns over HTTP to a Chat-only upstream, retrieve, input_items, delete,
+scoping by client key, store: false, item_reference, and what an upstream that keeps
+state is left to do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+import trio.testing
+
+from proxai.outcome import OutcomeKind
+from proxai.testing.memory_proxy import MemoryProxy
+from proxai.testing.seed import TURN1_REQUEST, TURN2_REQUEST, WEATHER_RESULT, seed_responder
+
+from .test_websocket import CHAT, chat_turns
+
+ROUTES = [{"model": "*", "upstreams": ["chat"]}]
+KEYS = {"keys": ["sk-a", "sk-b"]}
+
+
+def key(name: str) -> list[tuple[bytes, bytes]]:
+    return [(b"authorization", f"Bearer {name}".encode())]
+
+
+def chat_proxy(**kwargs: Any) -> MemoryProxy:
+    return MemoryProxy(chat_turns, upstreams=CHAT, routes=ROUTES, **kwargs)
+
+
+async def test_the_seed_over_http_to_a_chat_upstream_chains_from_the_stored_turn(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with chat_proxy() as proxy:
+        first = await proxy.request(TURN1_REQUEST)
+        completed = first.events()[-1]
+        assert completed["type"] == "response.completed"
+        rid = completed["response"]["id"]
+        assert rid.startswith("resp_") and len(rid) >= 5 + 32  # proxai's own, unguessable
+        assert completed["response"]["store"] is True
+        second = await proxy.request({**TURN2_REQUEST, "previous_response_id": rid})
+        done = second.events()[-1]
+        assert done["type"] == "response.completed"
+        assert done["response"]["previous_response_id"] == rid
+    messages = proxy.transport.requests[1].json()["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+    assert messages[2]["content"] == WEATHER_RESULT
+    assert proxy.outcomes[0].stored_as == rid
+
+
+async def test_retrieve_input_items_and_delete_answer_for_stored_responses(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with chat_proxy() as proxy:
+        rid = (await proxy.request(TURN1_REQUEST)).events()[-1]["response"]["id"]
+        got = await proxy.request(b"", method="GET", path=f"/v1/responses/{rid}")
+        assert got.status == 200
+        response = got.json()
+        assert response["id"] == rid and response["status"] == "completed"
+        assert [i["type"] for i in response["output"]] == ["function_call"]
+        listed = await proxy.request(b"", method="GET", path=f"/v1/responses/{rid}/input_items")
+        page = listed.json()
+        assert page["object"] == "list" and page["has_more"] is False
+        assert [i["role"] for i in page["data"]] == ["user"]
+        gone = await proxy.request(b"", method="DELETE", path=f"/v1/responses/{rid}")
+        assert gone.json() == {"id": rid, "object": "response.deleted", "deleted": True}
+        again = await proxy.request(b"", method="GET", path=f"/v1/responses/{rid}")
+        chained = await proxy.request({**TURN2_REQUEST, "previous_response_id": rid})
+    # Not proxai's any more: the GET went to the upstream (which answers what it answers),
+    # and the chained turn is refused before anything goes upstream.
+    assert again.status != 200 or again.json().get("id") != rid
+    assert chained.status == 400
+    assert chained.json()["error"]["code"] == "previous_response_not_found"
+    assert len([r for r in proxy.transport.requests if r.method == "POST"]) == 1
+
+
+async def test_another_key_never_reads_a_stored_response(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with chat_proxy(auth=KEYS) as proxy:
+        rid = (await proxy.request(TURN1_REQUEST, headers=key("sk-a"))).events()[-1]["response"][
+            "id"
+        ]
+        other = await proxy.request(
+            {**TURN2_REQUEST, "previous_response_id": rid}, headers=key("sk-b")
+        )
+        peek = await proxy.request(
+            b"", method="GET", path=f"/v1/responses/{rid}", headers=key("sk-b")
+        )
+        own = await proxy.request(
+            b"", method="GET", path=f"/v1/responses/{rid}", headers=key("sk-a")
+        )
+    assert other.status == 400 and other.json()["error"]["param"] == "previous_response_id"
+    assert peek.status != 200 or peek.json().get("id") != rid
+    assert own.status == 200 and own.json()["id"] == rid
+
+
+async def test_store_false_is_not_stored_and_pays_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with chat_proxy() as proxy:
+        first = await proxy.request({**TURN1_REQUEST, "store": False})
+        rid = first.events()[-1]["response"]["id"]
+        assert first.events()[-1]["response"]["store"] is False
+        chained = await proxy.request({**TURN2_REQUEST, "previous_response_id": rid})
+    assert chained.status == 400
+    assert proxy.outcomes[0].stored_as is None
+
+
+async def test_item_references_resolve_to_stored_items(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with chat_proxy() as proxy:
+        first = await proxy.request(TURN1_REQUEST)
+        call = next(e["item"] for e in first.events() if e["type"] == "response.output_item.done")
+        request = {
+            **TURN2_REQUEST,
+            "input": [
+                TURN1_REQUEST["input"][0],
+                {"type": "item_reference", "id": call["id"]},
+                *TURN2_REQUEST["input"],
+            ],
+        }
+        second = await proxy.request(request)
+        missing = await proxy.request(
+            {**request, "input": [{"type": "item_reference", "id": "fc_nobody"}]}
+        )
+    assert second.events()[-1]["type"] == "response.completed"
+    messages = proxy.transport.requests[1].json()["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+    assert missing.status == 400 and missing.json()["error"]["param"] == "input[0]"
+
+
+async def test_an_upstream_that_keeps_state_is_left_to_do_so(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with MemoryProxy(seed_responder) as proxy:
+        await proxy.request(TURN1_REQUEST)
+        second = await proxy.request(TURN2_REQUEST)
+    assert second.events()[-1]["type"] == "response.completed"
+    assert proxy.transport.requests[1].json()["previous_response_id"] == "resp_01"
+    assert proxy.outcomes[0].stored_as is None
+    assert [o.kind for o in proxy.outcomes] == [OutcomeKind.COMPLETED, OutcomeKind.COMPLETED]
+
+
+async def test_a_non_streaming_response_is_stored_too(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with chat_proxy() as proxy:
+        first = await proxy.request({**TURN1_REQUEST, "stream": False})
+        rid = first.json()["id"]
+        second = await proxy.request(
+            {**TURN2_REQUEST, "previous_response_id": rid, "stream": False}
+        )
+    assert second.json()["status"] == "completed"
+    messages = proxy.transport.requests[1].json()["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
