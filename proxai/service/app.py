@@ -37,7 +37,7 @@ from ..protocols.table import UPSTREAM_PROTOCOLS
 from ..relay.exchange import Exchange, ProxiedRequest, UpstreamTarget
 from ..relay.relay import Relay
 from ..relay.writer import Downstream, error_response, send_error
-from ..state import StateUnavailable, open_store
+from ..state import StateStore, StateUnavailable, open_store
 from ..upstream.client import Upstream, UpstreamClient
 from ..upstream.websocket import StreamOpener, UpstreamSocket
 from ..wire.headers import Headers
@@ -45,10 +45,10 @@ from ..wire.query import query_for_upstream
 from ..wire.request_coding import decode_request_body
 from .asgi_io import AsgiDownstream, ASGIReceive, ASGISend, read_body
 from .background import Failures
+from .conversations import Conversations, StatePlan, is_response_path, parse_query
 from .gate import Gate
 from .live_view import LiveView
 from .local import HEALTH_PATHS, LocalAnswers, send_local_answer
-from .conversations import Conversations, StatePlan, parse_query
 from .plan import Incoming, Plan, Planner, Prepared, read_head
 from .socket_endpoint import SocketEndpoint
 from .storing import StoringDownstream
@@ -93,6 +93,7 @@ class ProxaiApp:
         self._relays: set[Relay] = set()
         #: The idle-connection sweep's scope: it ends before the pools close.
         self._sweeping = trio.CancelScope()
+        self._holding_store = trio.CancelScope()
         self._gate = Gate(
             config.server, lambda: self._relays, RetryBudget.from_config(config.retries)
         )
@@ -140,9 +141,10 @@ class ProxaiApp:
         """Serving and not draining: what ``/readyz`` reports."""
         return self.serving and not self._gate.draining
 
-    async def startup(self) -> None:
-        """Open a connection pool per upstream and the state store (lifespan startup)."""
-        store = open_store(self.config.state)
+    async def startup(self, nursery: trio.Nursery) -> None:
+        """Open a connection pool per upstream, and the state store in a task of
+        ``nursery`` (the lifespan's), where it stays until :meth:`shutdown`."""
+        store: StateStore = await nursery.start(self._hold_store)
         self._conversations = Conversations(
             store, max_record_bytes=self.config.server.websocket_max_state_bytes
         )
@@ -159,9 +161,15 @@ class ProxaiApp:
         clients, self._clients = self._clients, {}
         for client in clients.values():
             await client.aclose()
-        conversations, self._conversations = self._conversations, None
-        if conversations is not None:
-            await conversations.store.aclose()
+        self._conversations = None
+        self._holding_store.cancel()  # the store closes in its task (shielded, bounded)
+
+    async def _hold_store(self, *, task_status: trio.TaskStatus[StateStore]) -> None:
+        self._holding_store = trio.CancelScope()
+        with self._holding_store:
+            async with open_store(self.config.state) as store:
+                task_status.started(store)
+                await trio.sleep_forever()
 
     def begin_drain(self) -> None:
         """Stop taking requests (``/readyz`` turns 503; new ones get 503); the
@@ -191,7 +199,7 @@ class ProxaiApp:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._drain_when_asked)
                 nursery.start_soon(self._close_idle_connections)
-                await self._lifespan_messages(receive, send)
+                await self._lifespan_messages(receive, send, nursery)
                 nursery.cancel_scope.cancel()
         finally:
             # A server cancelled without a graceful shutdown still closes the pools:
@@ -234,12 +242,14 @@ class ProxaiApp:
         if self._metrics is not None:
             self._metrics.background_failures.labels(task).inc()
 
-    async def _lifespan_messages(self, receive: ASGIReceive, send: ASGISend) -> None:
+    async def _lifespan_messages(
+        self, receive: ASGIReceive, send: ASGISend, nursery: trio.Nursery
+    ) -> None:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 try:
-                    await self.startup()
+                    await self.startup(nursery)
                 except Exception as exc:  # reported to the server, which stops
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
@@ -390,8 +400,10 @@ class ProxaiApp:
         self._gate.check_room()
         if not self._clients:
             raise ProxyError(503, "proxai is not started", "server_error")
-        # Raises the 404 that says what is missing when no upstream can take it.
-        self._planner.route(incoming, None)
+        # Raises the 404 that says what is missing when no upstream can take it (a
+        # response proxai may have stored is its own to answer).
+        if not self._about_stored(incoming):
+            self._planner.route(incoming, None)
 
     async def _proxy(
         self,
@@ -506,15 +518,23 @@ class ProxaiApp:
         if not self._stateful(incoming) or prepared.data is None:
             return None
         assert self._conversations is not None
-        route = self._planner.route(incoming, prepared.model)
-        first = self.config.upstream_named(route.upstreams[0])
-        assert first is not None
         return await self._conversations.prepare(
             body,
             prepared.data,
             tenant=tenant_of(self._keys, incoming.headers, incoming.sdk),
-            upstream_keeps_state=UPSTREAM_PROTOCOLS[first.protocol].keeps_state,
+            upstream_keeps_state=self._keeps_state(incoming, prepared.model),
         )
+
+    def _keeps_state(self, incoming: Incoming, model: str | None) -> bool:
+        """Whether the upstream a request is routed to first keeps responses itself
+        (none can take it: proxai alone may hold what it asks for)."""
+        try:
+            route = self._planner.route(incoming, model)
+        except ProxyError:
+            return False
+        first = self.config.upstream_named(route.upstreams[0])
+        assert first is not None
+        return UPSTREAM_PROTOCOLS[first.protocol].keeps_state
 
     def _storing(
         self, incoming: Incoming, state: StatePlan, downstream: Downstream, outcome: Outcome
@@ -522,11 +542,10 @@ class ProxaiApp:
         """The client's downstream, storing the response before its terminal goes out."""
         conversations = self._conversations
         assert conversations is not None
-        tenant = tenant_of(self._keys, incoming.headers, incoming.sdk)
 
         async def save(record: ResponseRecord) -> None:
             try:
-                await conversations.save(state, record, tenant=tenant)
+                await conversations.save(state, record)
             except StateUnavailable as exc:
                 outcome.warnings.append(f"the response was not stored: {exc.message}")
                 return
@@ -534,21 +553,22 @@ class ProxaiApp:
 
         return StoringDownstream(downstream, conversations.record(), save)
 
+    def _about_stored(self, incoming: Incoming) -> bool:
+        """A retrieve, input-items list or delete of a response (proxai's, perhaps)."""
+        return incoming.method in ("GET", "DELETE") and is_response_path(incoming.route_path)
+
     async def _answer_stored(
         self, incoming: Incoming, downstream: Downstream, outcome: Outcome
     ) -> bool:
         """Retrieve, list the input items of, or delete a response proxai stored."""
-        if (
-            self._conversations is None
-            or incoming.method not in ("GET", "DELETE")
-            or not incoming.route_path.startswith("/v1/responses/")
-        ):
+        if self._conversations is None or not self._about_stored(incoming):
             return False
         answer = await self._conversations.answer(
             incoming.method,
             incoming.route_path,
             parse_query(incoming.query),
             tenant=tenant_of(self._keys, incoming.headers, incoming.sdk),
+            upstream_keeps_state=self._keeps_state(incoming, None),
         )
         if answer is None:
             return False

@@ -31,7 +31,7 @@ from ..protocols.responses.socket import new_response_id
 from ..state import StateStore, StoredResponse
 from ..translate.ir import StoredAs
 
-__all__ = ["Conversations", "StatePlan"]
+__all__ = ["Conversations", "StatePlan", "is_response_path", "response_not_found"]
 
 _RESPONSE_PATH = re.compile(r"/v1/responses/(resp_[A-Za-z0-9_-]{1,200})(/input_items)?")
 
@@ -42,6 +42,8 @@ class StatePlan:
 
     #: The body to plan (the client's bytes when nothing was expanded).
     body: bytes
+    #: Whose stored responses it reads and writes (:func:`proxai.policy.auth.tenant_of`).
+    tenant: str
     #: Set when proxai stores the response.
     stored: StoredAs | None = None
     #: The request's whole input as JSON items, and its instructions (for the record).
@@ -64,7 +66,7 @@ class Conversations:
         named = needs(data)
         storing = data.get("store") is not False and not upstream_keeps_state
         if named.previous_id is None and not named.references and not storing:
-            return StatePlan(body)  # a request that uses no state pays nothing
+            return StatePlan(body, tenant)  # a request that uses no state pays nothing
         prior: tuple[bytes, ...] | None = None
         if named.previous_id is not None:
             previous = await self.store.get(tenant, named.previous_id)
@@ -85,6 +87,7 @@ class Conversations:
         stored = StoredAs(new_response_id(), named.previous_id) if storing else None
         return StatePlan(
             orjson.dumps(sent) if expanded else body,
+            tenant,
             stored,
             items if storing else (),
             data.get("instructions"),
@@ -93,7 +96,7 @@ class Conversations:
     def record(self) -> ResponseRecord:
         return ResponseRecord(self.max_record_bytes)
 
-    async def save(self, plan: StatePlan, record: ResponseRecord, *, tenant: str) -> None:
+    async def save(self, plan: StatePlan, record: ResponseRecord) -> None:
         """Store a response that ended (completed, incomplete or failed, as OpenAI does)."""
         if record.response_id is None or record.response is None or record.overflowed:
             return
@@ -104,7 +107,7 @@ class Conversations:
         await self.store.put(
             StoredResponse(
                 id=record.response_id,
-                tenant=tenant,
+                tenant=plan.tenant,
                 created_at=time.time(),
                 instructions=orjson.dumps(plan.instructions) if plan.instructions else None,
                 input_items=plan.items,
@@ -117,9 +120,18 @@ class Conversations:
     # -- retrieve, input_items, delete -------------------------------------------------
 
     async def answer(
-        self, method: str, path: str, query: Mapping[str, str], *, tenant: str
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str],
+        *,
+        tenant: str,
+        upstream_keeps_state: bool,
     ) -> tuple[int, bytes] | None:
-        """The answer to a request for a response proxai stored (``None``: not one)."""
+        """The answer to a request for a response proxai stored (``None``: not one, and
+        the upstream keeps responses of its own: it answers). Behind an upstream that
+        keeps none, proxai is the only one that can hold a response: an id it does not
+        hold (unknown, expired, deleted, another key's) is its 404."""
         match = _RESPONSE_PATH.fullmatch(path)
         if match is None or method not in ("GET", "DELETE"):
             return None
@@ -128,7 +140,9 @@ class Conversations:
             return None
         record = await self.store.get(tenant, response_id)
         if record is None:
-            return None
+            if upstream_keeps_state:
+                return None
+            raise response_not_found(response_id)
         if method == "DELETE":
             await self.store.delete(tenant, response_id)
             deleted = {"id": response_id, "object": "response.deleted", "deleted": True}
@@ -136,6 +150,18 @@ class Conversations:
         if not listing:
             return 200, record.response
         return 200, input_items_page(record, query)
+
+
+def is_response_path(path: str) -> bool:
+    """``/v1/responses/{id}`` or ``/v1/responses/{id}/input_items``."""
+    return _RESPONSE_PATH.fullmatch(path) is not None
+
+
+def response_not_found(response_id: str) -> ProxyError:
+    """OpenAI's 404 for a response id it does not hold (the SDKs' ``NotFoundError``)."""
+    return ProxyError(
+        404, f"Response with id '{response_id}' not found.", "invalid_request_error"
+    )
 
 
 def input_items_page(record: StoredResponse, query: Mapping[str, str]) -> bytes:

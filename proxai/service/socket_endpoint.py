@@ -241,8 +241,10 @@ class SocketEndpoint:
                 await app.relay_request(incoming, body, downstream, outcome, None, clients)
                 return outcome.kind is not OutcomeKind.CLIENT_STALLED
             keeps_state = UPSTREAM_PROTOCOLS[first.protocol].keeps_state
+            # proxai's stored responses hold only what upstreams that keep none answered.
+            resolve = app.stores_responses and not keeps_state
             turn = state.conversation.turn(
-                frame, upstream_keeps_state=keeps_state, others_resolve=app.stores_responses
+                frame, upstream_keeps_state=keeps_state, others_resolve=resolve
             )
             if turn.warm_up:
                 await self._warm_up(state, frame, record, outcome)

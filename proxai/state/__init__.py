@@ -7,16 +7,13 @@ shared one (loaded only when configured: it alone needs trio and coredis).
 
 from .memory import MemoryState, MemoryStore
 from .records import (
-    UNAUTHENTICATED_TENANT,
     RecordFormatError,
     ResponseStatus,
     StoredResponse,
-    tenant_of,
 )
 from .store import RecordTooLarge, StateStore, StateUnavailable, open_store
 
 __all__ = [
-    "UNAUTHENTICATED_TENANT",
     "MemoryState",
     "MemoryStore",
     "RecordFormatError",
@@ -26,5 +23,4 @@ __all__ = [
     "StateUnavailable",
     "StoredResponse",
     "open_store",
-    "tenant_of",
 ]

@@ -4,9 +4,9 @@ A :class:`StoredResponse` holds a response as the client API shows it: its input
 (after ``previous_response_id`` and ``item_reference`` were expanded), its
 ``instructions``, its output items and the final response object, each as the JSON
 bytes it arrived or was written as, so storing and answering from the store never
-re-encodes them. Every record belongs to a *tenant*, the digest of the client key that
-created it (:func:`tenant_of`): lookups are by tenant and id, so another key's id is
-simply not there.
+re-encodes them. Every record belongs to a *tenant*, the digest of the client key
+that created it (:func:`proxai.policy.auth.tenant_of`): lookups are by tenant and id,
+so another key's id is simply not there.
 
 The bytes (:meth:`StoredResponse.to_bytes`) are a versioned frame: the length of an
 orjson header, the header (fields, and the length of each part), then the parts
@@ -18,7 +18,6 @@ concatenated. Each item's place in them is known without parsing
 from __future__ import annotations
 
 import enum
-import hashlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,31 +26,18 @@ import orjson
 
 __all__ = [
     "FORMAT_VERSION",
-    "UNAUTHENTICATED_TENANT",
     "RecordFormatError",
     "ResponseStatus",
     "StoredResponse",
     "item_id_of",
-    "tenant_of",
 ]
 
 #: The version of :meth:`StoredResponse.to_bytes`' frame; another is refused on read.
 FORMAT_VERSION = 1
-#: The tenant of every request when ``[auth]`` is off (a key's digest is 64 hex digits).
-UNAUTHENTICATED_TENANT = "unauthenticated"
 #: What :attr:`StoredResponse.size` counts per item and per record besides their bytes:
 #: about what CPython spends on a bytes object and on the record's bookkeeping.
 ITEM_OVERHEAD = 64
 RECORD_OVERHEAD = 512
-
-
-def tenant_of(client_key: str | None) -> str:
-    """The tenant of a request: the SHA-256 of the client key it was let in with (as
-    :class:`proxai.policy.auth.ClientKeys` compares keys, so a key configured as
-    ``sha256:<hex>`` names the same tenant), or :data:`UNAUTHENTICATED_TENANT`."""
-    if client_key is None:
-        return UNAUTHENTICATED_TENANT
-    return hashlib.sha256(client_key.encode()).hexdigest()
 
 
 class ResponseStatus(enum.StrEnum):

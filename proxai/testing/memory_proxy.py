@@ -8,6 +8,7 @@ time: deadline tests check their instants, and run in milliseconds.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -127,11 +128,14 @@ class MemoryProxy:
         # that no deadline can pass for correct by counting from the clock's origin.
         if trio.current_time() < 10_000:
             await trio.sleep(10_000)
-        await self.app.startup()
+        self._lifespan = contextlib.AsyncExitStack()
+        nursery = await self._lifespan.enter_async_context(trio.open_nursery())
+        await self.app.startup(nursery)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.app.shutdown()
+        await self._lifespan.aclose()
 
     async def request(
         self,

@@ -14,9 +14,8 @@ from proxai.outcome import OutcomeKind
 from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.seed import TURN1_REQUEST, TURN2_REQUEST, WEATHER_RESULT, seed_responder
 
-from .test_websocket import CHAT, chat_turns
+from .test_websocket import chat_turns
 
-ROUTES = [{"model": "*", "upstreams": ["chat"]}]
 KEYS = {"keys": ["sk-a", "sk-b"]}
 
 
@@ -25,7 +24,8 @@ def key(name: str) -> list[tuple[bytes, bytes]]:
 
 
 def chat_proxy(**kwargs: Any) -> MemoryProxy:
-    return MemoryProxy(chat_turns, upstreams=CHAT, routes=ROUTES, **kwargs)
+    """proxai in front of one Chat-only upstream: the only one that can hold responses."""
+    return MemoryProxy(chat_turns, upstream={"protocol": "openai_chat"}, **kwargs)
 
 
 async def test_the_seed_over_http_to_a_chat_upstream_chains_from_the_stored_turn(
@@ -66,12 +66,13 @@ async def test_retrieve_input_items_and_delete_answer_for_stored_responses(
         assert gone.json() == {"id": rid, "object": "response.deleted", "deleted": True}
         again = await proxy.request(b"", method="GET", path=f"/v1/responses/{rid}")
         chained = await proxy.request({**TURN2_REQUEST, "previous_response_id": rid})
-    # Not proxai's any more: the GET went to the upstream (which answers what it answers),
+    # Gone: proxai's 404 (only proxai can hold a response behind a Chat-only upstream),
     # and the chained turn is refused before anything goes upstream.
-    assert again.status != 200 or again.json().get("id") != rid
+    assert again.status == 404
+    assert again.json()["error"]["message"] == f"Response with id '{rid}' not found."
     assert chained.status == 400
     assert chained.json()["error"]["code"] == "previous_response_not_found"
-    assert len([r for r in proxy.transport.requests if r.method == "POST"]) == 1
+    assert len(proxy.transport.requests) == 1  # only the first turn went upstream
 
 
 async def test_another_key_never_reads_a_stored_response(
@@ -91,7 +92,7 @@ async def test_another_key_never_reads_a_stored_response(
             b"", method="GET", path=f"/v1/responses/{rid}", headers=key("sk-a")
         )
     assert other.status == 400 and other.json()["error"]["param"] == "previous_response_id"
-    assert peek.status != 200 or peek.json().get("id") != rid
+    assert peek.status == 404
     assert own.status == 200 and own.json()["id"] == rid
 
 
@@ -113,8 +114,9 @@ async def test_item_references_resolve_to_stored_items(
     async with chat_proxy() as proxy:
         first = await proxy.request(TURN1_REQUEST)
         call = next(e["item"] for e in first.events() if e["type"] == "response.output_item.done")
+        unchained = {k: v for k, v in TURN2_REQUEST.items() if k != "previous_response_id"}
         request = {
-            **TURN2_REQUEST,
+            **unchained,
             "input": [
                 TURN1_REQUEST["input"][0],
                 {"type": "item_reference", "id": call["id"]},

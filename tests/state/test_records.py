@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
-
 import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxai.state import UNAUTHENTICATED_TENANT, RecordFormatError, StoredResponse, tenant_of
+from proxai.state import RecordFormatError, StoredResponse
 from proxai.state.records import FORMAT_VERSION
 
 from .conftest import item, record
-
-
-def test_the_tenant_is_the_client_keys_digest() -> None:
-    assert tenant_of("sk-client") == hashlib.sha256(b"sk-client").hexdigest()
-    assert tenant_of(None) == UNAUTHENTICATED_TENANT
-    assert len(tenant_of("")) == 64 and ":" not in UNAUTHENTICATED_TENANT
-
 
 _json_items = st.lists(
     st.builds(
