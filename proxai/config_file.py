@@ -40,7 +40,7 @@ from .protocols.names import WireApi
 from .protocols.table import APIS, UPSTREAM_PROTOCOLS
 from .wire.headers import is_token, value_problem
 
-__all__ = ["load_config", "route_warnings"]
+__all__ = ["load_config", "route_warnings", "state_warnings"]
 
 
 _converter = strict_converter(forbid_extra_keys=True)
@@ -268,6 +268,19 @@ def _check_upstreams(config: Config, environ: Mapping[str, str]) -> list[str]:
             f"config file or pass --upstream (for OpenAI: {DEFAULT_UPSTREAM})"
         )
     return problems
+
+
+def state_warnings(config: Config) -> list[str]:
+    """What start-up tells the operator about ``[state]``: an in-process store under
+    several workers is one store per worker, so a conversation continued on another
+    worker finds nothing (``previous_response_not_found``)."""
+    if config.server.workers > 1 and config.state.backend is StateBackend.MEMORY:
+        return [
+            f'[state] backend = "memory" with {config.server.workers} workers: each worker '
+            "keeps its own stored responses, and a request that names one stored by another "
+            'worker gets previous_response_not_found; use backend = "redis" to share them'
+        ]
+    return []
 
 
 def route_warnings(config: Config) -> list[str]:

@@ -203,3 +203,15 @@ def test_state_mistakes_name_the_key(tmp_path: Path, text: str, named: str) -> N
     with pytest.raises(ConfigError, match=named) as raised:
         load_config(write(tmp_path, text))
     assert "pw" not in str(raised.value)  # a URL's password is never quoted
+
+
+def test_an_in_process_state_store_under_several_workers_is_warned_about() -> None:
+    from proxai.config_file import state_warnings
+
+    up = {"upstream": {"base_url": "http://up.test/v1"}}
+    (warning,) = state_warnings(load_config(None, overrides={**up, "server": {"workers": 4}}))
+    assert "4 workers" in warning and 'backend = "redis"' in warning
+    assert state_warnings(load_config(None, overrides={**up, "server": {"workers": 1}})) == []
+    redis = {"backend": "redis", "url": "redis://h:1/0"}
+    shared = {**up, "server": {"workers": 4}, "state": redis}
+    assert state_warnings(load_config(None, overrides=shared)) == []

@@ -177,6 +177,10 @@ class Api:
     #: ``GET`` of its path with ``Upgrade: websocket`` opens a socket of its requests
     #: (the Responses WebSocket mode: :mod:`proxai.protocols.responses.socket`).
     socket: bool = False
+    #: Its responses are stored and named by later requests (``previous_response_id``,
+    #: ``item_reference``, retrieve and delete): proxai keeps them for upstreams that
+    #: keep none (:mod:`proxai.service.conversations`).
+    stored: bool = False
 
 
 @attrs.frozen
@@ -231,6 +235,7 @@ APIS: tuple[Api, ...] = (
         resumes_under="/v1/responses/",
         has_instructions=True,
         socket=True,
+        stored=True,
     ),
     Api(
         WireApi.CHAT,

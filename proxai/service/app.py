@@ -31,13 +31,12 @@ from ..policy.auth import ClientKeys, tenant_of
 from ..policy.browser import BrowserPolicy, BrowserRequest, Verdict, is_loopback
 from ..policy.retry import RetryBudget, RetryPlan
 from ..policy.target import check_head_size, check_path, check_target
-from ..protocols.names import WireApi
 from ..protocols.responses.record import ResponseRecord
 from ..protocols.table import UPSTREAM_PROTOCOLS
 from ..relay.exchange import Exchange, ProxiedRequest, UpstreamTarget
 from ..relay.relay import Relay
 from ..relay.writer import Downstream, error_response, send_error
-from ..state import StateStore, StateUnavailable, open_store
+from ..state import RecordTooLarge, StateStore, StateUnavailable, open_store
 from ..upstream.client import Upstream, UpstreamClient
 from ..upstream.websocket import StreamOpener, UpstreamSocket
 from ..wire.headers import Headers
@@ -496,6 +495,11 @@ class ProxaiApp:
     # -- conversation state ([state]) ----------------------------------------------------
 
     @property
+    def state_store(self) -> StateStore | None:
+        """The ``[state]`` store, from startup to shutdown."""
+        return self._conversations.store if self._conversations is not None else None
+
+    @property
     def stores_responses(self) -> bool:
         """Whether proxai keeps stored responses (a socket's turn naming a response the
         socket does not hold is then resolved, or refused, by them)."""
@@ -506,7 +510,7 @@ class ProxaiApp:
         return (
             self._conversations is not None
             and api is not None
-            and api.wire is WireApi.RESPONSES
+            and api.stored
             and incoming.method == "POST"
             and incoming.route_path == api.path.template
         )
@@ -548,6 +552,11 @@ class ProxaiApp:
                 await conversations.save(state, record)
             except StateUnavailable as exc:
                 outcome.warnings.append(f"the response was not stored: {exc.message}")
+                return
+            except RecordTooLarge:
+                outcome.warnings.append(
+                    "the response was not stored: larger than the whole [state] max_bytes"
+                )
                 return
             outcome.stored_as = record.response_id
 

@@ -159,9 +159,7 @@ def is_response_path(path: str) -> bool:
 
 def response_not_found(response_id: str) -> ProxyError:
     """OpenAI's 404 for a response id it does not hold (the SDKs' ``NotFoundError``)."""
-    return ProxyError(
-        404, f"Response with id '{response_id}' not found.", "invalid_request_error"
-    )
+    return ProxyError(404, f"Response with id '{response_id}' not found.", "invalid_request_error")
 
 
 def input_items_page(record: StoredResponse, query: Mapping[str, str]) -> bytes:

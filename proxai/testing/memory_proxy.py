@@ -84,6 +84,7 @@ class MemoryProxy:
         auth: dict[str, Any] | None = None,
         upstream: dict[str, Any] | None = None,
         socket_upstream: ScriptedSocketUpstream | None = None,
+        state: dict[str, Any] | None = None,
         **timeouts: float,
     ) -> None:
         """``upstreams`` adds ``[upstreams.NAME]`` tables; every upstream plays ``responder``.
@@ -93,6 +94,7 @@ class MemoryProxy:
         on (``retries={}``: proxai's defaults). ``upstream`` adds keys to the default
         ``[upstream]``. ``socket_upstream``: where the
         ``websocket = true`` upstreams' sockets connect, in memory (it must be serving).
+        ``state``: the ``[state]`` table.
         """
         self.transport = ScriptTransport(responder)
         overrides: dict[str, Any] = {
@@ -112,6 +114,8 @@ class MemoryProxy:
             overrides["upstreams"] = upstreams
         if server:
             overrides["server"] = server
+        if state:
+            overrides["state"] = state
         self.config: Config = load_config(None, overrides=overrides)
         self.outcomes: list[Outcome] = []
         self.app = ProxaiApp(

@@ -5,12 +5,16 @@ state is left to do."""
 
 from __future__ import annotations
 
+import gc
+import os
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
 from proxai.outcome import OutcomeKind
+from proxai.state import MemoryStore
 from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.seed import TURN1_REQUEST, TURN2_REQUEST, WEATHER_RESULT, seed_responder
 
@@ -157,3 +161,54 @@ async def test_a_non_streaming_response_is_stored_too(
     assert second.json()["status"] == "completed"
     messages = proxy.transport.requests[1].json()["messages"]
     assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads RSS from /proc")
+async def test_storing_far_past_max_bytes_keeps_the_store_and_rss_flat(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """2,000 stored turns of ~16 KB each (32 MB) through a 2 MB store: the store stays
+    under its bound (least recently used evicted) and the process does not grow with
+    what went through it; the latest turns can still be chained from."""
+    bound = 2_000_000
+    text = "天气" * 2700  # ~16 KB of UTF-8
+    request = {**TURN1_REQUEST, "input": [{"role": "user", "content": text}]}
+    async with chat_proxy(state={"max_bytes": bound}) as proxy:
+        store = proxy.app.state_store
+        assert isinstance(store, MemoryStore)
+        for _ in range(200):  # warm up: the store fills to its bound, the allocator settles
+            await proxy.request(request)
+        gc.collect()
+        before = _rss_bytes()
+        last = ""
+        for _ in range(1800):
+            last = (await proxy.request(request)).events()[-1]["response"]["id"]
+            proxy.outcomes.clear()
+            proxy.transport.requests.clear()
+        gc.collect()
+        grown = _rss_bytes() - before
+        chained = await proxy.request({**TURN2_REQUEST, "previous_response_id": last})
+        held = store.state.bytes
+        records = len(store.state)
+    assert held <= bound and 0 < records < 200
+    assert grown < 8_000_000, f"RSS grew {grown} bytes while 29 MB went through the store"
+    assert chained.events()[-1]["type"] == "response.completed"
+
+
+async def test_a_response_larger_than_the_whole_store_is_served_and_not_stored(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    request = {**TURN1_REQUEST, "input": [{"role": "user", "content": "x" * 50_000}]}
+    async with chat_proxy(state={"max_bytes": 10_000}) as proxy:
+        served = await proxy.request(request)
+    assert served.events()[-1]["type"] == "response.completed"
+    (outcome,) = proxy.outcomes
+    assert outcome.stored_as is None and outcome.kind is OutcomeKind.COMPLETED
+    assert outcome.warnings == [
+        "the response was not stored: larger than the whole [state] max_bytes"
+    ]
