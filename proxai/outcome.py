@@ -101,6 +101,8 @@ class OutcomeKind(enum.StrEnum):
     #: Translating the upstream's response failed (a proxai defect, contained): the client
     #: got its API's error.
     TRANSLATION_FAILED = "translation_failed"
+    #: The ``[state]`` store did not answer a lookup the request needs (a 503).
+    STATE_UNAVAILABLE = "state_unavailable"
 
 
 # What the kinds mean, for the code that acts on them: each set is named for what its

@@ -217,3 +217,6 @@ def configure(config: LoggingConfig, level_override: str | None = None) -> None:
     root.setLevel((level_override or config.level).upper())
     for noisy in ("httpx", "httpcore"):  # a line per upstream request says nothing new
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # coredis logs each retry and reconnection; proxai says once that Redis is away
+    # (proxai.state.redis) and each request's record says what it cost.
+    logging.getLogger("coredis").setLevel(logging.ERROR)

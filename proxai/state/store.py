@@ -15,6 +15,7 @@ from typing import Protocol
 
 from ..config import StateBackend, StateConfig
 from ..errors import ProxyError
+from ..outcome import OutcomeKind
 from .records import StoredResponse
 
 __all__ = ["RecordTooLarge", "StateStore", "StateUnavailable", "open_store"]
@@ -31,6 +32,7 @@ class StateUnavailable(ProxyError):
             "server_error",
             code="state_unavailable",
             headers=((b"retry-after", b"1"),),
+            kind=OutcomeKind.STATE_UNAVAILABLE,
         )
 
 

@@ -12,6 +12,7 @@ import httpx
 import openai
 import trio
 
+from proxai.outcome import OutcomeKind
 from proxai.testing.redis import open_redis
 from proxai.testing.seed import TURN1_REQUEST, TURN2_REQUEST
 from tests.helpers import CHAT_UPSTREAM, openai_client
@@ -114,6 +115,7 @@ async def test_while_redis_is_away_lookups_get_503_and_the_rest_is_served(
     assert refused.headers["retry-after"] == "1"
     error = refused.json()["error"]
     assert error["code"] == "state_unavailable" and error["type"] == "server_error"
+    assert outcomes[1].kind is OutcomeKind.STATE_UNAVAILABLE
     assert waited < 5  # bounded by [state] timeout (0.5 s), not a hang
     assert unstored.status_code == 200 and b"response.completed" in unstored.content
     warned = outcomes[-1]
