@@ -19,11 +19,11 @@ from ..errors import ProxyError
 from ..outcome import OutcomeKind
 from ..protocols.table import ClientSdk
 
-__all__ = ["HASH_PREFIX", "PUBLIC_TENANT", "ClientKeys", "tenant_of"]
+__all__ = ["HASH_PREFIX", "UNAUTHENTICATED_TENANT", "ClientKeys", "tenant_of"]
 
 HASH_PREFIX = "sha256:"
 #: Whose stored data a request without ``[auth]`` reads and writes.
-PUBLIC_TENANT = "public"
+UNAUTHENTICATED_TENANT = "unauthenticated"
 
 
 def _digest(key: str) -> bytes:
@@ -52,7 +52,7 @@ def tenant_of(
 ) -> str:
     """The tenant of an admitted request: its key's (``[auth]`` on), else the public one."""
     if keys is None:
-        return PUBLIC_TENANT
+        return UNAUTHENTICATED_TENANT
     return keys.check(headers, sdk)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from proxai.config import AuthConfig
 from proxai.errors import ProxyError
-from proxai.policy.auth import PUBLIC_TENANT, ClientKeys, tenant_of
+from proxai.policy.auth import UNAUTHENTICATED_TENANT, ClientKeys, tenant_of
 from proxai.protocols.table import ANTHROPIC_SDK, OPENAI_SDK
 
 
@@ -33,9 +33,9 @@ def test_the_tenant_is_the_digest_of_the_key_the_request_was_let_in_with() -> No
 
 
 def test_without_auth_every_request_is_the_public_tenant() -> None:
-    assert tenant_of(None, bearer("anything"), OPENAI_SDK) == PUBLIC_TENANT
-    assert tenant_of(None, [], OPENAI_SDK) == PUBLIC_TENANT
-    assert len(PUBLIC_TENANT) != 64  # never a key's digest
+    assert tenant_of(None, bearer("anything"), OPENAI_SDK) == UNAUTHENTICATED_TENANT
+    assert tenant_of(None, [], OPENAI_SDK) == UNAUTHENTICATED_TENANT
+    assert len(UNAUTHENTICATED_TENANT) != 64  # never a key's digest
 
 
 def test_a_key_that_is_not_accepted_has_no_tenant() -> None:
