@@ -28,7 +28,7 @@ from ..errors import ProxyError
 from ..protocols.responses.history import expand, item_not_found, needs, previous_not_found
 from ..protocols.responses.record import ResponseRecord
 from ..protocols.responses.socket import new_response_id
-from ..state import StateStore, StoredResponse
+from ..state import ResponseStatus, StateStore, StoredResponse
 from ..translate.ir import StoredAs
 
 __all__ = ["Conversations", "StatePlan", "is_response_path", "response_not_found"]
@@ -103,7 +103,10 @@ class Conversations:
         response = dict(record.response)
         if not response.get("output"):
             response["output"] = [orjson.Fragment(i) for i in record.items]
-        status = response.get("status")
+        try:  # OpenAI stores a response that ended; one still queued or running is not one
+            status = ResponseStatus(str(response.get("status")))
+        except ValueError:
+            return
         await self.store.put(
             StoredResponse(
                 id=record.response_id,
@@ -113,7 +116,7 @@ class Conversations:
                 input_items=plan.items,
                 output_items=tuple(record.items),
                 response=orjson.dumps(response),
-                status=status if isinstance(status, str) else "failed",
+                status=status,
             )
         )
 
