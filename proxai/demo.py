@@ -28,6 +28,7 @@ from .testing.seed import (
     TURN1_REQUEST,
     TURN2_REQUEST,
     WEATHER_RESULT,
+    chat_seed_responder,
     make_seed_responder,
     turn1_stalled_script,
 )
@@ -191,9 +192,34 @@ def _socket_story(client: Any) -> None:
             _say(f"   turn {number}: {frames} frames, ended {event.type} ({previous}){said}")
 
 
+def _stored_story(proxai_url: str, chat: ScriptedUpstream) -> None:
+    """The seed's two turns in front of a Chat-only server, which keeps nothing: proxai
+    stores turn 1 and makes turn 2 self-contained."""
+    client = _client(proxai_url)
+    _say()
+    _say("5. The same two turns in front of a Chat-only server (vLLM, llama.cpp, Ollama keep")
+    _say("   nothing): proxai stores turn 1 and sends turn 2 with the whole conversation.")
+    body = {k: v for k, v in TURN1_REQUEST.items() if k != "stream"}
+    with client.responses.stream(**body) as stream:
+        first = stream.get_final_response()
+    _say(f"   turn 1: {first.status}, stored by proxai as {first.id[:20]}...")
+    output = TURN2_REQUEST["input"]
+    with client.responses.stream(
+        model=TURN2_REQUEST["model"], previous_response_id=first.id, input=output
+    ) as stream:
+        second = stream.get_final_response()
+    roles = [m["role"] for m in chat.requests[-1].json()["messages"]]
+    _say(f"   turn 2 (previous_response_id + the tool's output only): {second.output_text}")
+    _say(f"   what the Chat server received for turn 2: messages {roles}")
+    kept = client.responses.retrieve(first.id)
+    items = list(client.responses.input_items.list(second.id, order="asc"))
+    _say(f"   responses.retrieve(turn 1): {kept.status}, {len(kept.output)} output item(s);")
+    _say(f"   input_items.list(turn 2): {[i.type for i in items]}")
+
+
 def _print_outcomes(outcomes: list[Outcome]) -> None:
     _say()
-    _say("5. proxai's outcome record of each request (what it logs; never prompts or arguments):")
+    _say("6. proxai's outcome record of each request (what it logs; never prompts or arguments):")
     for i, o in enumerate(outcomes, 1):
         first = f"{o.first_byte_s * 1000:.1f} ms" if o.first_byte_s is not None else "-"
         total = f"{o.total_s * 1000:.0f} ms" if o.total_s is not None else "-"
@@ -231,7 +257,16 @@ async def _main(args: argparse.Namespace) -> None:
             story = partial(_story, proxai.base_url, upstream_url, args)
             await trio.to_thread.run_sync(story, abandon_on_cancel=True)
             # Three over HTTP, the socket's two responses and its upgrade.
-            _print_outcomes(await proxai.wait_for_outcomes(6))
+            outcomes = await proxai.wait_for_outcomes(6)
+        chat = ScriptedUpstream(chat_seed_responder)
+        chat_url = await nursery.start(chat.serve)
+        chat_upstream = {"protocol": "openai_chat"}
+        async with open_proxai(chat_url, api_key="sk-demo-upstream", upstream=chat_upstream) as px:
+            story = partial(_stored_story, px.base_url, chat)
+            await trio.to_thread.run_sync(story, abandon_on_cancel=True)
+            # The two turns, and retrieve and input_items answered by proxai.
+            outcomes += await px.wait_for_outcomes(4)
+        _print_outcomes(outcomes)
         nursery.cancel_scope.cancel()
     keys = {r.header("authorization") for r in upstream.requests[:3]}
     _say()

@@ -102,8 +102,11 @@ async def test_demo_tells_the_seed_story_offline() -> None:
         "function_call get_weather (call_weather_01)" in out
     )
     assert "still waiting after 1." in out
-    # Twice over HTTP, twice over the WebSocket; then the socket's own upgrade record.
-    assert out.count(": completed, status 200") == 4
+    # Twice over HTTP, twice over the WebSocket; then the socket's own upgrade record;
+    # then the two turns, retrieve and input_items in front of the Chat-only server.
+    assert out.count(": completed, status 200") == 8
+    assert "what the Chat server received for turn 2: messages ['user', 'assistant', 'tool']" in out
+    assert "input_items.list(turn 2): ['message', 'function_call', 'function_call_output']" in out
     assert "turn 2: 6 frames, ended response.completed (resp_02): 今天北京" in out
     assert "GET /v1/responses model=None: completed, status 101" in out
     assert ": stalled_tool_arguments, status 200" in out
