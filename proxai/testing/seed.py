@@ -10,6 +10,7 @@ answer as text deltas. Events and values are the seed's, on one compact
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .upstream import RecordedRequest, Responder, Script, Sleep, Stall, Step, chat_chunk, sse_event
@@ -22,6 +23,7 @@ __all__ = [
     "WEATHER_ARGUMENTS",
     "WEATHER_RESULT",
     "chat_seed_responder",
+    "make_chat_seed_responder",
     "make_seed_responder",
     "seed_responder",
     "turn1_script",
@@ -241,30 +243,38 @@ def make_seed_responder(*, delay: float = 0.0) -> Responder:
 seed_responder = make_seed_responder()
 
 
-def chat_seed_responder(request: RecordedRequest) -> Script:
+def make_chat_seed_responder(answer: Sequence[str] = ANSWER_DELTAS) -> Responder:
     """The seed's exchange as a Chat-only server (vLLM, llama.cpp, Ollama) plays it: a
-    ``get_weather`` call for a conversation without its result, the answer as text
+    ``get_weather`` call for a conversation without its result, ``answer`` as text
     deltas once a ``tool`` message carries it. It keeps nothing: what it knows of the
     conversation is what each request holds."""
-    body = request.json()
-    if any(m.get("role") == "tool" for m in body.get("messages", [])):
-        chunks = [
-            chat_chunk({"role": "assistant", "content": ANSWER_DELTAS[0]}),
-            chat_chunk({"content": ANSWER_DELTAS[1]}),
-            chat_chunk({}, "stop"),
-        ]
-    else:
-        call = {
-            "index": 0,
-            "id": "call_weather_01",
-            "type": "function",
-            "function": {"name": "get_weather", "arguments": WEATHER_ARGUMENTS},
-        }
-        chunks = [
-            chat_chunk({"role": "assistant", "tool_calls": [call]}),
-            chat_chunk({}, "tool_calls"),
-        ]
-    return Script.sse([*chunks, b"data: [DONE]\n\n"])
+
+    def respond(request: RecordedRequest) -> Script:
+        body = request.json()
+        if any(m.get("role") == "tool" for m in body.get("messages", [])):
+            first, *rest = answer
+            chunks = [
+                chat_chunk({"role": "assistant", "content": first}),
+                *(chat_chunk({"content": text}) for text in rest),
+                chat_chunk({}, "stop"),
+            ]
+        else:
+            call = {
+                "index": 0,
+                "id": "call_weather_01",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": WEATHER_ARGUMENTS},
+            }
+            chunks = [
+                chat_chunk({"role": "assistant", "tool_calls": [call]}),
+                chat_chunk({}, "tool_calls"),
+            ]
+        return Script.sse([*chunks, b"data: [DONE]\n\n"])
+
+    return respond
+
+
+chat_seed_responder = make_chat_seed_responder()
 
 
 def turn_bytes(events: list[dict[str, Any]]) -> bytes:

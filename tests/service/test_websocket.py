@@ -24,12 +24,13 @@ from proxai.testing.seed import (
     TURN2_EVENTS,
     TURN2_REQUEST,
     WEATHER_RESULT,
+    make_chat_seed_responder,
     seed_responder,
     turn1_script,
     turn1_stalled_script,
     turn2_script,
 )
-from proxai.testing.upstream import RecordedRequest, Script, Send, Stall
+from proxai.testing.upstream import Script, Send, Stall
 from proxai.testing.upstream import sse_event as up_event
 from proxai.testing.ws_upstream import RecordedFrame, ScriptedSocketUpstream, SocketScript
 
@@ -107,28 +108,8 @@ async def test_frames_are_the_upstream_event_data_unchanged(
     ]
 
 
-def chat_turns(request: RecordedRequest) -> Script:
-    """A Chat upstream: a get_weather call for the first request, text after a tool result."""
-    from proxai.testing.upstream import chat_chunk
-
-    body = request.json()
-    if any(m.get("role") == "tool" for m in body["messages"]):
-        chunks = [
-            chat_chunk({"role": "assistant", "content": "适合慢跑。"}),
-            chat_chunk({}, "stop"),
-        ]
-    else:
-        call = {
-            "index": 0,
-            "id": "call_weather_01",
-            "type": "function",
-            "function": {"name": "get_weather", "arguments": '{"city":"北京","date":"today"}'},
-        }
-        chunks = [
-            chat_chunk({"role": "assistant", "tool_calls": [call]}),
-            chat_chunk({}, "tool_calls"),
-        ]
-    return Script.sse([*chunks, b"data: [DONE]\n\n"])
+#: A Chat upstream: a get_weather call for the first request, text after a tool result.
+chat_turns = make_chat_seed_responder(("适合慢跑。",))
 
 
 async def test_seed_over_a_socket_to_a_chat_upstream_keeps_the_conversation(

@@ -47,13 +47,8 @@ class ResponseRecord:
         if _ITEM_DONE in data:
             event = _event(data, "response.output_item.done")
             item = event.get("item") if event is not None else None
-            if isinstance(item, dict) and not self.overflowed:
-                raw = orjson.dumps(item)
-                self.size += len(raw)
-                if self.size > self.max_bytes:
-                    self.overflowed, self.items = True, []
-                else:
-                    self.items.append(raw)
+            if isinstance(item, dict):
+                self._keep(item)
             return
         if self.response_id is None and _CREATED in data:
             event = _event(data, "response.created")
@@ -80,13 +75,8 @@ class ResponseRecord:
             return
         output = response.get("output")
         for item in output if isinstance(output, list) else ():
-            if isinstance(item, dict) and not self.overflowed:
-                raw = orjson.dumps(item)
-                self.size += len(raw)
-                if self.size > self.max_bytes:
-                    self.overflowed, self.items = True, []
-                else:
-                    self.items.append(raw)
+            if isinstance(item, dict):
+                self._keep(item)
         status = response.get("status")
         self.terminal = {
             "completed": "response.completed",
@@ -94,6 +84,17 @@ class ResponseRecord:
         }.get(status if isinstance(status, str) else "", "response.failed")
         self.response = response
         self._note_response({"response": response})
+
+    def _keep(self, item: dict[str, Any]) -> None:
+        """Keep an output item, up to ``max_bytes`` of them (past it: none, overflowed)."""
+        if self.overflowed:
+            return
+        raw = orjson.dumps(item)
+        self.size += len(raw)
+        if self.size > self.max_bytes:
+            self.overflowed, self.items = True, []
+        else:
+            self.items.append(raw)
 
     def _note_response(self, event: dict[str, Any]) -> None:
         response = event.get("response")
