@@ -6,6 +6,7 @@ state is left to do."""
 from __future__ import annotations
 
 import gc
+import logging
 import os
 from typing import Any
 
@@ -212,3 +213,20 @@ async def test_a_response_larger_than_the_whole_store_is_served_and_not_stored(
     assert outcome.warnings == [
         "the response was not stored: larger than the whole [state] max_bytes"
     ]
+
+
+async def test_stored_prompts_and_outputs_are_never_logged(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with chat_proxy(auth=KEYS) as proxy:
+        first = await proxy.request(TURN1_REQUEST, headers=key("sk-a"))
+        rid = first.events()[-1]["response"]["id"]
+        chained = {**TURN2_REQUEST, "previous_response_id": rid}
+        await proxy.request(chained, headers=key("sk-a"))
+        await proxy.request(b"", method="GET", path=f"/v1/responses/{rid}", headers=key("sk-a"))
+        await proxy.request(chained, headers=key("sk-b"))  # another key's: a 400
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "POST /v1/responses" in logged  # the request log did run
+    for secret in ("北京", WEATHER_RESULT[:8], "适合慢跑", "sk-a", "sk-b"):
+        assert secret not in logged
