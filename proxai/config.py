@@ -19,6 +19,7 @@ from .converters import InvalidValue
 
 __all__ = [
     "AuthConfig",
+    "CompactionConfig",
     "Config",
     "ConfigError",
     "MaxTokensField",
@@ -369,6 +370,37 @@ class StateConfig:
     key_prefix: str = "proxai:"
 
 
+#: ``[compaction] prompt`` by default: the last message of the summarizing request.
+DEFAULT_COMPACTION_PROMPT = (
+    "Compact the conversation above so that the work can go on in a fresh context "
+    "window from your summary alone. Write a summary for the model that will carry on: "
+    "the user's goal, requests and constraints; the decisions made and why; what has "
+    "been done so far (files, commands, tool results, errors) and the state it left "
+    "things in; what remains to be done next. Keep names, paths, identifiers, numbers "
+    "and quoted text exact. Answer with the summary only: call no tool, ask nothing."
+)
+#: ``[compaction] summary_prefix`` by default: what precedes the summary when it comes back.
+DEFAULT_SUMMARY_PREFIX = (
+    "The earlier part of this conversation was compacted. This summary of it replaces it:"
+)
+
+
+def _non_blank(inst: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    if not value.strip():
+        raise InvalidValue(attribute, "must not be empty")
+
+
+@attrs.frozen
+class CompactionConfig:
+    """How proxai compacts a conversation for an upstream that does not compact
+    (``POST /v1/responses/compact``, a ``compaction_trigger`` input item)."""
+
+    #: Appended as the last user message of the request that asks for the summary.
+    prompt: str = attrs.field(default=DEFAULT_COMPACTION_PROMPT, validator=_non_blank)
+    #: The first line of the user message a compaction item becomes in a later request.
+    summary_prefix: str = DEFAULT_SUMMARY_PREFIX
+
+
 @attrs.frozen
 class Config:
     """The whole configuration, as loaded from TOML and command-line overrides."""
@@ -385,6 +417,7 @@ class Config:
     capture: CaptureConfig = CaptureConfig()
     live_view: LiveViewConfig = LiveViewConfig()
     state: StateConfig = StateConfig()
+    compaction: CompactionConfig = CompactionConfig()
 
     def upstream_named(self, name: str) -> UpstreamConfig | None:
         if name == DEFAULT_NAME and self.upstream.base_url is not None:

@@ -181,6 +181,11 @@ class Api:
     #: ``item_reference``, retrieve and delete): proxai keeps them for upstreams that
     #: keep none (:mod:`proxai.service.conversations`).
     stored: bool = False
+    #: Where its clients ask to compact a conversation (a ``POST`` with its request
+    #: body), and whether its requests can hold compaction items at all. An upstream
+    #: that speaks the API compacts itself and gets them as sent; for one reached through
+    #: a translation, proxai compacts (:mod:`proxai.protocols.responses.compaction`).
+    compact_path: str | None = None
 
 
 @attrs.frozen
@@ -236,6 +241,7 @@ APIS: tuple[Api, ...] = (
         has_instructions=True,
         socket=True,
         stored=True,
+        compact_path="/v1/responses/compact",
     ),
     Api(
         WireApi.CHAT,
@@ -327,12 +333,15 @@ CLIENT_KEY_HEADERS = frozenset(
 
 def api_for(method: str, path: str) -> Api | None:
     """The API whose stream (or body) a request gets: a generation ``POST`` to its
-    path, or a ``GET`` resuming one of its streams."""
+    path or its compact path, or a ``GET`` resuming one of its streams."""
     if method == "POST":
         api = API_BY_PATH.get(path)
         if api is not None:
             return api
-        return next((api for api in APIS if api.path.match(path) is not None), None)
+        return next(
+            (api for api in APIS if api.path.match(path) is not None or api.compact_path == path),
+            None,
+        )
     if method == "GET":
         for api in APIS:
             if api.resumes_under is not None and path.startswith(api.resumes_under):

@@ -512,13 +512,14 @@ class ProxaiApp:
             and api is not None
             and api.stored
             and incoming.method == "POST"
-            and incoming.route_path == api.path.template
+            and incoming.route_path in (api.path.template, api.compact_path)
         )
 
     async def _state_plan(
         self, incoming: Incoming, body: bytes, prepared: Prepared
     ) -> StatePlan | None:
-        """The state step of a ``POST /v1/responses`` (``None``: not one)."""
+        """The state step of a ``POST /v1/responses`` or ``/v1/responses/compact``
+        (``None``: not one). A compaction reads what it names and stores nothing."""
         if not self._stateful(incoming) or prepared.data is None:
             return None
         assert self._conversations is not None
@@ -527,6 +528,7 @@ class ProxaiApp:
             prepared.data,
             tenant=tenant_of(self._keys, incoming.headers, incoming.sdk),
             upstream_keeps_state=self._keeps_state(incoming, prepared.model),
+            store=prepared.compaction is None,
         )
 
     def _keeps_state(self, incoming: Incoming, model: str | None) -> bool:

@@ -59,12 +59,19 @@ class Conversations:
         self.max_record_bytes = max_record_bytes
 
     async def prepare(
-        self, body: bytes, data: Mapping[str, Any], *, tenant: str, upstream_keeps_state: bool
+        self,
+        body: bytes,
+        data: Mapping[str, Any],
+        *,
+        tenant: str,
+        upstream_keeps_state: bool,
+        store: bool = True,
     ) -> StatePlan:
         """Resolve what the request names and say whether to store its response (raises
-        the 400s of ids nobody holds, and 503 when the store does not answer)."""
+        the 400s of ids nobody holds, and 503 when the store does not answer);
+        ``store`` false: never (a compaction)."""
         named = needs(data)
-        storing = data.get("store") is not False and not upstream_keeps_state
+        storing = store and data.get("store") is not False and not upstream_keeps_state
         if named.previous_id is None and not named.references and not storing:
             return StatePlan(body, tenant)  # a request that uses no state pays nothing
         prior: tuple[bytes, ...] | None = None

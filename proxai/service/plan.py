@@ -25,6 +25,13 @@ from ..config import Config, UpstreamConfig, UpstreamKind
 from ..policy.normalize import normalize_body
 from ..policy.routes import Route, Router
 from ..protocols.observer import ObserverFactory, pass_through
+from ..protocols.responses.compaction import (
+    ENVELOPE_MARK,
+    CompactionForm,
+    compaction_form,
+    expand_compactions,
+    summarizing_request,
+)
 from ..protocols.table import (
     API_BY_WIRE,
     UPSTREAM_PROTOCOLS,
@@ -152,6 +159,8 @@ class Prepared:
     streaming: bool  # whether first_byte applies
     #: The tools the request offers, for its outcome record (``None``: not projected).
     tools: list[str] | None = None
+    #: It asks to compact the conversation (and how).
+    compaction: CompactionForm | None = None
 
 
 @attrs.frozen
@@ -199,6 +208,7 @@ class Planner:
     def __init__(self, config: Config) -> None:
         self.router = Router(config)
         self._upstreams: dict[str, UpstreamConfig] = dict(config.all_upstreams())
+        self._compaction = config.compaction
         #: What one stream may hold (a translated one ends past max_event_bytes held).
         self._limits = StreamLimits(
             max_open_items=config.server.max_open_items, max_kept=config.server.max_event_bytes
@@ -234,6 +244,9 @@ class Planner:
             )
         data = load_json_object(body)
         projection = api.project(data)
+        compaction = None
+        if api.compact_path is not None:
+            compaction = compaction_form(data, endpoint=incoming.route_path == api.compact_path)
         return Prepared(
             data,
             # A path that holds the model names it (the body then does not).
@@ -241,6 +254,7 @@ class Planner:
             lambda timeouts: api.observer(timeouts, projection, limits),
             projection.stream is True,
             projection.tool_names(),
+            compaction,
         )
 
     def plan(
@@ -277,11 +291,35 @@ class Planner:
         wire = upstream_api(upstream.protocol, api.wire) if api is not None else None
         data = prepared.data
         if api is None or wire is None or wire is api.wire or data is None:
+            if data is not None and api is not None and api.compact_path is not None:
+                data, body = self._own_compactions(data, body)
             sent, dropped = _body_for(upstream, body, api, data, route.upstream_model)
             return TargetPlan(sent, prepared.observer_factory, dropped=dropped)
         if route.upstream_model is not None:
             data = {**data, "model": route.upstream_model}
-        translated = translate(api.wire, wire, data, upstream.translation, stored=stored)
+        compaction = None
+        if api.compact_path is not None:
+            # An upstream reached through a translation compacts nothing: proxai asks it
+            # for a summary, and reads back the compactions it made from one.
+            options = self._compaction
+            if prepared.compaction is not None:
+                data, compaction = summarizing_request(
+                    data,
+                    prepared.compaction,
+                    prompt=options.prompt,
+                    summary_prefix=options.summary_prefix,
+                )
+                stored = None
+            elif b'"compaction' in body:
+                data = (
+                    expand_compactions(
+                        data, summary_prefix=options.summary_prefix, upstream_compacts=False
+                    )
+                    or data
+                )
+        translated = translate(
+            api.wire, wire, data, upstream.translation, stored=stored, compaction=compaction
+        )
         target = API_BY_WIRE[wire]
         limits = attrs.evolve(self._limits, end_past_kept=True)
         client_body = data
@@ -292,6 +330,18 @@ class Planner:
             query=b"",
             translator=translated.translator(),
         )
+
+    def _own_compactions(self, data: dict[str, Any], body: bytes) -> tuple[dict[str, Any], bytes]:
+        """A request for an upstream that takes it natively, with proxai's own compaction
+        items as their summaries (only proxai reads them; the upstream's own stay)."""
+        if ENVELOPE_MARK not in body:
+            return data, body
+        expanded = expand_compactions(
+            data, summary_prefix=self._compaction.summary_prefix, upstream_compacts=True
+        )
+        if expanded is None:
+            return data, body
+        return expanded, orjson.dumps(expanded)
 
 
 def _body_for(

@@ -85,6 +85,7 @@ class MemoryProxy:
         upstream: dict[str, Any] | None = None,
         socket_upstream: ScriptedSocketUpstream | None = None,
         state: dict[str, Any] | None = None,
+        compaction: dict[str, Any] | None = None,
         **timeouts: float,
     ) -> None:
         """``upstreams`` adds ``[upstreams.NAME]`` tables; every upstream plays ``responder``.
@@ -95,6 +96,7 @@ class MemoryProxy:
         ``[upstream]``. ``socket_upstream``: where the
         ``websocket = true`` upstreams' sockets connect, in memory (it must be serving).
         ``state``: the ``[state]`` table.
+        ``compaction``: the ``[compaction]`` table.
         """
         self.transport = ScriptTransport(responder)
         overrides: dict[str, Any] = {
@@ -116,6 +118,8 @@ class MemoryProxy:
             overrides["server"] = server
         if state:
             overrides["state"] = state
+        if compaction is not None:
+            overrides["compaction"] = compaction
         self.config: Config = load_config(None, overrides=overrides)
         self.outcomes: list[Outcome] = []
         self.app = ProxaiApp(

@@ -15,10 +15,12 @@ import attrs
 
 from ..config import TranslationOptions, UpstreamKind
 from ..protocols.names import WireApi
+from ..protocols.responses.compaction import CompactionAnswer
 from ..protocols.table import UPSTREAM_PROTOCOLS
 from .decoders import decoder_for
 from .encoders import encoder_for
-from .ir import Clock, IdSource, StoredAs, TranslationContext, random_token
+from .encoders.compaction import CompactionEncoder
+from .ir import Clock, Encoder, IdSource, StoredAs, TranslationContext, random_token
 from .requests import TRANSLATORS, translate_request
 from .stream import ResponseTranslator, TranslatorFactory
 
@@ -32,10 +34,17 @@ class Pair:
     client: WireApi
     upstream: WireApi
 
-    def translator(self, context: TranslationContext) -> ResponseTranslator:
-        return ResponseTranslator(
-            context, decoder_for(self.upstream), encoder_for(self.client, context)
+    def translator(
+        self, context: TranslationContext, compaction: CompactionAnswer | None = None
+    ) -> ResponseTranslator:
+        """``compaction``: the response is a summary, answered as the compaction a
+        Responses client asked for (:mod:`~proxai.translate.encoders.compaction`)."""
+        encoder: Encoder = (
+            encoder_for(self.client, context)
+            if compaction is None
+            else CompactionEncoder(context, compaction)
         )
+        return ResponseTranslator(context, decoder_for(self.upstream), encoder)
 
 
 #: Every pair proxai translates: those the request translators cover (each client API to
@@ -63,11 +72,12 @@ class TranslatedRequest:
     body: dict[str, Any]
     context: TranslationContext
     pair: Pair
+    compaction: CompactionAnswer | None = None
 
     def translator(self) -> TranslatorFactory:
         """Builds the response's translator; holds the context, not the translated body
         (a stream must not keep the request alive)."""
-        return functools.partial(self.pair.translator, self.context)
+        return functools.partial(self.pair.translator, self.context, self.compaction)
 
 
 def translate(
@@ -79,10 +89,12 @@ def translate(
     clock: Clock = time.time,
     ids: IdSource = random_token,
     stored: StoredAs | None = None,
+    compaction: CompactionAnswer | None = None,
 ) -> TranslatedRequest:
     """Rewrite ``body`` for ``upstream``; raises ProxyError (400) for what cannot be.
     ``clock`` and ``ids`` are what the response's encoder reads the time and makes up ids
-    from; ``stored``: proxai stores the response (its id and what it follows)."""
+    from; ``stored``: proxai stores the response (its id and what it follows);
+    ``compaction``: ``body`` is a summarizing request, answered as that compaction."""
     data, context = translate_request(client, upstream, body, options, clock=clock, ids=ids)
     context.stored = stored
-    return TranslatedRequest(data, context, PAIRS[(client, upstream)])
+    return TranslatedRequest(data, context, PAIRS[(client, upstream)], compaction)
