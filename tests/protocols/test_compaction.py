@@ -146,3 +146,15 @@ def test_a_trigger_that_is_not_last_is_a_400() -> None:
     with pytest.raises(ProxyError) as refused:
         expand_compactions({"input": [TRIGGER, USER]}, summary_prefix="", upstream_compacts=False)
     assert refused.value.param == "input[0]"
+
+
+def test_a_trigger_answered_earlier_in_the_history_is_left_out() -> None:
+    """A request chained onto a compaction response holds that response's input (with its
+    trigger) and then its output (the compaction item)."""
+    compaction = {"type": "compaction", "encrypted_content": seal(SUMMARY)}
+    data = {"input": [USER, TRIGGER, compaction, {"role": "user", "content": "Go on."}]}
+    expanded = expand_compactions(data, summary_prefix="", upstream_compacts=False)
+    assert expanded is not None
+    kinds = [i.get("type", "message") for i in expanded["input"]]
+    assert kinds == ["message", "message", "message"]
+    assert expanded["input"][1]["content"][0]["text"] == SUMMARY.text

@@ -193,15 +193,20 @@ def expand_compactions(
 
     For an upstream that compacts (``upstream_compacts``), the other compaction items are
     its own and stay; for one that does not, one proxai cannot read, or a
-    ``compaction_trigger`` that is not the last input item, is a 400 naming it.
+    ``compaction_trigger`` that is not the last input item, is a 400 naming it (a trigger
+    followed by a compaction item was answered already, and is left out).
     """
     items = data.get("input")
     if not isinstance(items, list):
         return None
+    kinds = [item.get("type") if isinstance(item, dict) else None for item in items]
+    # A trigger before a compaction item is one that was answered: the history of a
+    # response chained onto a compaction (its input, then its output).
+    last_compaction = max((i for i, k in enumerate(kinds) if k == COMPACTION), default=-1)
     changed = False
     out: list[JSON] = []
     for index, item in enumerate(items):
-        kind = item.get("type") if isinstance(item, dict) else None
+        kind = kinds[index]
         if kind == COMPACTION:
             content = item.get("encrypted_content")
             ours = isinstance(content, str) and content.startswith(ENVELOPE_PREFIX)
@@ -213,6 +218,8 @@ def expand_compactions(
             except EnvelopeError as exc:
                 raise unreadable_compaction(index, str(exc)) from None
             out.append(summary_message(summary, summary_prefix))
+            changed = True
+        elif kind == TRIGGER and not upstream_compacts and index < last_compaction:
             changed = True
         elif kind == TRIGGER and not upstream_compacts:
             raise ProxyError.invalid_request(
