@@ -169,6 +169,9 @@ class ChatModel:
     Until the request carries a tool result it calls ``call`` (streamed or not, as
     asked); then it answers ``answer``. The first ``stalls`` streamed tool-call turns
     go silent mid-arguments, so proxai's ``tool_arguments`` deadline has to end them.
+    With ``summary``, a request that may call no tool (``tool_choice: "none"``, proxai's
+    summarizing request for a compaction) gets it as the answer, and a request that
+    holds it (the conversation after the compaction) gets ``answer``.
     """
 
     call: ToolCall
@@ -177,6 +180,7 @@ class ChatModel:
     text_before_call: str | None = None
     stalls: int = 0
     stalled: int = 0
+    summary: str | None = None
 
     def __call__(self, request: RecordedRequest) -> Script:
         if request.method != "POST" or not request.target.endswith("/chat/completions"):
@@ -184,7 +188,10 @@ class ChatModel:
         body = request.json()
         streaming = body.get("stream") is True
         messages = body.get("messages") or []
-        if messages and messages[-1].get("role") == "tool":
+        if self.summary is not None and body.get("tool_choice") == "none":
+            return text_stream(self.summary) if streaming else text_body(self.summary)
+        compacted = self.summary is not None and self.summary in json.dumps(messages)
+        if compacted or (messages and messages[-1].get("role") == "tool"):
             return text_stream(self.answer) if streaming else text_body(self.answer)
         offered = [(t.get("function") or {}).get("name") for t in body.get("tools") or []]
         if self.call.name not in offered:

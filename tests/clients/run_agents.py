@@ -22,6 +22,9 @@ Checks, per scenario:
   ``reasoning_content``, carried through the client and back);
 - proxai's outcome kind and ``translation`` for every request, and whether each
   reached the upstream streaming or not;
+- for remote compaction (a provider named "OpenAI", a tiny auto-compact limit): the
+  summarizing request proxai sent for Codex's ``compaction_trigger``, and the summary
+  its compaction item became in the request after it;
 - for a stall: that proxai's ``tool_arguments`` deadline ended it (the client's own
   stall detection waits 120 s or more) and that the client then retried promptly,
   or gave up with proxai's message;
@@ -60,6 +63,7 @@ import trio
 from chat_upstream import ChatModel, ToolCall, reasoning_sent_with, tool_messages
 from responses_upstream import RETRY_AFTER, ResponsesModel, function_outputs
 
+from proxai.config import DEFAULT_COMPACTION_PROMPT, DEFAULT_SUMMARY_PREFIX
 from proxai.errors import ProxyError
 from proxai.outcome import Outcome, OutcomeKind
 from proxai.service.plan import Incoming
@@ -87,6 +91,10 @@ PROCESS_TIMEOUT = 60.0
 CONTROL_TIMEOUT = 5.0
 #: Codex's own SSE idle timeout (its default is 300 s; Claude Code's is 300 s at least).
 CODEX_IDLE_MS = 120_000
+#: The summary the Chat model writes when proxai asks it to compact.
+SUMMARY = "Summary: the user asked to run `echo proxai-ok`; it ran and printed proxai-ok."
+#: Codex's auto-compact limit in the compaction scenario: below one turn's usage.
+COMPACT_LIMIT = 100
 #: How late a deadline may fire, and how soon the client must be back after it.
 DEADLINE_SLACK = 1.0
 RETRY_WITHIN = 10.0
@@ -173,6 +181,10 @@ class Scenario:
     #: HTTP 500, as it did before it served the mode; the checks must catch Codex's
     #: reconnects and its fallback to HTTP.
     broken_upgrade: bool = False
+    #: Codex's provider is named "OpenAI" with a tiny auto-compact limit: after the
+    #: tool call it asks proxai to compact (remote compaction), and the loop goes on
+    #: from the summary proxai had the Chat upstream write.
+    compaction: bool = False
 
     @property
     def translation(self) -> str | None:
@@ -263,6 +275,27 @@ SCENARIOS: tuple[Scenario, ...] = (
         codex_config={"supports_websockets": True, "stream_max_retries": 0},
         sockets=1,
         http_fallback=1,
+    ),
+    # Remote compaction over the Chat upstream: the tool call, proxai's summarizing
+    # request (its compaction answered from the summary), then the answer from a
+    # history that holds only the summary of the call and its output.
+    Scenario(
+        "codex-remote-compaction-chat",
+        CODEX,
+        [DONE, DONE, DONE],
+        ["stream", "stream", "stream"],
+        compaction=True,
+    ),
+    # The same over the socket, with the built-in provider (named "OpenAI" itself), as
+    # most users point Codex at a gateway: the compaction is one more socket turn.
+    Scenario(
+        "codex-ws-builtin-remote-compaction-chat",
+        CODEX,
+        [WARM_UP, DONE, DONE, DONE],
+        ["stream", "stream", "stream"],
+        provider="builtin",
+        sockets=1,
+        compaction=True,
     ),
     Scenario("claude-tool-loop", CLAUDE, [DONE, DONE], ["stream", "stream"]),
     # Claude Code reads event: error and, as no content block had completed yet, sends
@@ -432,13 +465,16 @@ def codex_setup(scenario: Scenario, proxai_url: str, home: str) -> tuple[list[st
         "[features]",
         "plugins = false",
     ]
+    if scenario.compaction:
+        common.append(f"model_auto_compact_token_limit = {COMPACT_LIMIT}")
     env = {**base_env(home), "CODEX_HOME": str(codex_home)}
     if scenario.provider == "builtin":
         config = [*common, f'openai_base_url = "{proxai_url}/v1"', *tables]
         env["CODEX_API_KEY"] = "sk-client"
     else:
         provider: dict[str, object] = {
-            "name": "proxai",
+            # Codex compacts remotely only through a provider named "OpenAI".
+            "name": "OpenAI" if scenario.compaction else "proxai",
             "base_url": f"{proxai_url}/v1",
             "wire_api": "responses",
             "env_key": "PROXAI_CLIENT_KEY",
@@ -588,6 +624,8 @@ def check_upstream(scenario: Scenario, requests: Sequence[RecordedRequest]) -> l
     call_id = scenario.agent.call.id
     if scenario.upstream == "responses":
         return failures + check_responses_upstream(scenario, bodies[-1])
+    if scenario.compaction:
+        return failures + check_compaction(bodies)
     results = tool_messages(bodies[-1])
     if not any(i == call_id and COMMAND_OUTPUT in text for i, text in results):
         failures.append(
@@ -602,6 +640,31 @@ def check_upstream(scenario: Scenario, requests: Sequence[RecordedRequest]) -> l
     want = [REASONING * (1 + scenario.stalls if scenario.agent is CODEX else 1)]
     if reasoning != (want if scenario.reasoning else [None]):
         failures.append(f"the call's reasoning came back as {reasoning}, expected {want}")
+    return failures
+
+
+def check_compaction(bodies: Sequence[dict[str, Any]]) -> list[str]:
+    """The Chat upstream's three requests: the call; proxai's summarizing request (the
+    call's output in it, tools declared but ``tool_choice: "none"``, proxai's prompt
+    last); then the turn after the compaction, whose history is the summary proxai
+    unpacked from its compaction item in place of the call and its output."""
+    if len(bodies) != 3:
+        return [f"{len(bodies)} upstream requests, expected 3 (call, summary, answer)"]
+    failures: list[str] = []
+    summarizing, after = bodies[1], bodies[2]
+    last = (summarizing.get("messages") or [{}])[-1]
+    if summarizing.get("tool_choice") != "none" or not summarizing.get("tools"):
+        failures.append("the summarizing request does not declare tools with tool_choice none")
+    if last.get("role") != "user" or last.get("content") != DEFAULT_COMPACTION_PROMPT:
+        failures.append(f"the summarizing request does not end with proxai's prompt: {last}")
+    if not any(COMMAND_OUTPUT in text for _, text in tool_messages(summarizing)):
+        failures.append("the summarizing request lacks the command's output")
+    expanded = f"{DEFAULT_SUMMARY_PREFIX}\n\n{SUMMARY}"
+    users = [m.get("content") for m in after.get("messages") or [] if m.get("role") == "user"]
+    if expanded not in users:
+        failures.append(f"the request after the compaction lacks its summary: {users}")
+    if tool_messages(after):
+        failures.append("the request after the compaction still holds the tool result")
     return failures
 
 
@@ -830,7 +893,10 @@ def make_model(scenario: Scenario) -> ChatModel | ResponsesModel:
             rate_limits=int(scenario.rate_limited),
         )
     reasoning = REASONING if scenario.reasoning else None
-    return ChatModel(scenario.agent.call, ANSWER, reasoning=reasoning, stalls=scenario.stalls)
+    summary = SUMMARY if scenario.compaction else None
+    return ChatModel(
+        scenario.agent.call, ANSWER, reasoning=reasoning, stalls=scenario.stalls, summary=summary
+    )
 
 
 @attrs.frozen
