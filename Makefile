@@ -44,14 +44,15 @@ test-clients: $(STAMP)
 	echo "test-clients: Vercel AI SDK $$vercel; Codex + Claude Code $$agents"; \
 	[ $$vercel = PASS ] && [ $$agents = PASS ]
 
-## bench: the per-event regime (issue 16), the Responses WebSocket (issue 22) and issue 7's one-read
-## benchmarks vs a direct connection, nginx and the stack's floor, then docs/bench.md and docs/bench.png
-## (about 18 minutes; installs nginx and wrk from Debian, matplotlib and py-spy from the bench extra)
+## bench: the per-event regime (issue 16), the Responses WebSocket (issue 22), conversation state
+## (issue 23) and issue 7's one-read benchmarks vs a direct connection, nginx and the stack's floor,
+## then docs/bench.md and docs/bench.png (about 25 minutes; installs nginx, wrk and redis-server
+## from Debian, matplotlib and py-spy from the bench extra)
 $(VENV)/.bench-installed: pyproject.toml $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	touch $@
 
-bench: $(VENV)/.bench-installed
+bench: $(VENV)/.bench-installed redis
 	command -v nginx >/dev/null && command -v wrk >/dev/null || \
 		(apt-get update -qq && apt-get install -y -qq nginx wrk)
 	$(BIN)/python -m bench.run_all

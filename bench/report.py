@@ -1,6 +1,9 @@
 """docs/bench.md from bench/results/all.json (and the hand-written bench/profile.md).
 
-.venv/bin/python -m bench.report
+.venv/bin/python -m bench.report [--only-state]
+
+``--only-state`` rewrites only the conversation-state section, from
+bench/results/state.json (``python -m bench.state``), leaving the rest of the file.
 """
 
 from __future__ import annotations
@@ -8,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS, ROOT, Row
@@ -837,6 +841,264 @@ def websocket_section(res: dict[str, Any]) -> list[str]:
     return out
 
 
+STATE_NAMES = {
+    "main": "no state (`main`, before issue 23)",
+    "store-false": "`store: false` (memory backend)",
+    "store-true": "`store: true`, memory backend",
+    "store-true-redis": "`store: true`, Redis backend",
+}
+STATE_MODES = {
+    "previous": "`previous_response_id` + 1 message",
+    "inline": "the same history inline",
+    "fresh": "1 message, no history",
+}
+#: The ratio under which a cost counts as none: the run-to-run noise of a ratio taken
+#: in the same repetition on this machine.
+STATE_FLAT = 1.05
+
+
+def state_section(res: dict[str, Any]) -> list[str]:
+    """Issue 23: what stored responses cost (bench/state.py)."""
+    sr = res.get("state")
+    if not sr:
+        return []
+    m, st, cpu = sr["machine"], sr["settings"], sr["cpu"]
+    cs = sorted({r["concurrency"] for r in cpu})
+    head = " / ".join(f"c={c}" for c in cs)
+    load = sr.get("loadavg")
+    loads = f" Load average (1 min) {load[0]:.2f} → {load[1]:.2f}." if load else ""
+    out = [
+        "## Conversation state: stored responses (issue 23)",
+        "",
+        "`bench/state.py` (`.venv/bin/python -m bench.state`) runs three proxai at once, "
+        "each pinned to core 1 and driven one at a time, in front of the per-event "
+        'bench\'s upstream speaking Chat Completions only (`protocol = "openai_chat"`: '
+        "proxai alone can keep a response; one write per event, "
+        f"{st['pause_ms']:g} ms before each delta): this checkout with `[state] backend = "
+        '"memory"` (the default), the same with `backend = "redis"` against a local '
+        f"`redis-server` ({m['redis'].split(' sha=')[0]}, on core 0 with the upstream and "
+        f"the client, nothing on disk), and `{m['baseline']}`, before issue 23, with no "
+        "state at all. "
+        f"Machine: {m['cpu']}, shared with other sessions' work; Python {m['python']}; "
+        f"commit {m['commit']}; measured {m['date']}; {st['reps']} repetitions, variants "
+        f"interleaved in each; medians, ratios and differences taken per repetition.{loads}",
+        "",
+        "### CPU per event and per stream, paced",
+        "",
+        " / ".join(str(st["streams_per_connection"][str(c)]) for c in cs)
+        + f" streams per connection at c={'/'.join(str(c) for c in cs)}, after one warm-up "
+        "stream each, at 20 and 80 deltas; *per event* is the difference over the 60 extra "
+        "deltas, *per stream* the rest. Every stream carries the same Responses request "
+        '(`input: "hi"`) and its `store`; a stored one is written to the store before '
+        "its `response.completed` goes out. (×: against `store: false` in the same "
+        "repetition.)",
+        "",
+        f"| variant | per event, µs: {head} | per stream, µs: {head} |",
+        "|---|---|---|",
+    ]
+    for name, label in STATE_NAMES.items():
+        rows = [pick(cpu, variant=name, concurrency=c) for c in cs]
+        if name == "store-false":
+            event = " / ".join(n(r["marginal_us"], 1) for r in rows)
+            stream = " / ".join(n(r["fixed_us"]) for r in rows)
+        else:
+            event = " / ".join(
+                f"{n(r['marginal_us'], 1)} ({r['marginal_vs_store-false']:.2f}×)" for r in rows
+            )
+            stream = " / ".join(
+                f"{n(r['fixed_us'])} ({r['fixed_vs_store-false']:.2f}×)" for r in rows
+            )
+        out.append(f"| {label} | {event} | {stream} |")
+    false = [pick(cpu, variant="store-false", concurrency=c) for c in cs]
+    true = [pick(cpu, variant="store-true", concurrency=c) for c in cs]
+    redis = [pick(cpu, variant="store-true-redis", concurrency=c) for c in cs]
+    busy = max(r["utilisation_long"] for r in cpu)
+    spread = [r[k] for r in false for k in ("marginal_vs_main", "fixed_vs_main")]
+
+    def ratios(rows: list[Row], key: str) -> str:
+        return " / ".join(f"{r[key]:.2f}×" for r in rows)
+
+    def within(rows: list[Row], *keys: str) -> bool:
+        return all(r[k] <= STATE_FLAT for r in rows for k in keys)
+
+    out += [
+        "",
+        f"Goals (a cost counts as none at ≤ {STATE_FLAT:.2f}×, this machine's noise for "
+        "ratios within a repetition), at c=" + "/".join(str(c) for c in cs) + ":",
+        "",
+        "- **`store: false` pays nothing**: against no state at all, per event "
+        + ratios(false, "marginal_vs_main")
+        + ", per stream "
+        + ratios(false, "fixed_vs_main")
+        + ": "
+        + verdict(within(false, "marginal_vs_main", "fixed_vs_main"))
+        + ".",
+        "- **A stored response pays nothing per event**: `store: true` against `store: false`, "
+        "per event "
+        + ratios(true, "marginal_vs_store-false")
+        + " (memory), "
+        + ratios(redis, "marginal_vs_store-false")
+        + " (Redis): "
+        + verdict(within([*true, *redis], "marginal_vs_store-false"))
+        + ".",
+        "- **and one write at its end**: per stream, `store: true` costs "
+        + " / ".join(f"{n(r['fixed_minus_store-false_us'])}" for r in true)
+        + " µs more than `store: false` with the memory backend, "
+        + " / ".join(f"{n(r['fixed_minus_store-false_us'])}" for r in redis)
+        + " µs with Redis (following the answer, then one store call).",
+        "",
+        "How far to trust these ratios: `main` and `store: false` run the same code for "
+        "these requests (the state step returns at once for a request that names nothing "
+        "and stores nothing), yet their ratios spread from "
+        f"{min(spread):.2f}× to {max(spread):.2f}× in this run. Where the spread is wider "
+        f"than {STATE_FLAT:.2f}×, the machine's noise hides costs this small and the "
+        "verdicts above are not evidence either way: the profile below measures the "
+        "state's own code directly. "
+        f"Proxy core busy over the 80-delta cells: at most {busy:.2f}.",
+        "",
+    ]
+    ttfb = sr["ttfb"]
+    tcs = sorted({r["concurrency"] for r in ttfb})
+    sizes = list(st["sizes"])
+    out += [
+        "### A turn that names the previous one: time to first byte",
+        "",
+        "Turn 1 is stored (`small`: the input `hi`; `large`: a "
+        f"{st['sizes']['large'] // 1000} KB user message) and read back; then turn 2 "
+        f"(`store: false`, so it stores nothing) runs {st['samples']} times per "
+        "repetition on keep-alive connections "
+        f"(c={'/'.join(str(c) for c in tcs)}), three ways on each backend: "
+        + "; ".join(f"{label} (`{mode}`)" for mode, label in STATE_MODES.items())
+        + ". `previous` and `inline` send the upstream the same request; `previous` "
+        "pays the lookup and the expansion, `inline` the parsing of the longer body the "
+        "client sent. Time from sending the request to proxai's first byte "
+        "(proxai sends its head when the upstream's first event is in); p50 (p90) of "
+        "every repetition's samples pooled, ms.",
+        "",
+        "| backend | turn 2 | "
+        + " | ".join(f"{size}, c={c}" for size in sizes for c in tcs)
+        + " |",
+        "|---|---|" + "---|" * (len(sizes) * len(tcs)),
+    ]
+    for backend in ("memory", "redis"):
+        for mode, label in STATE_MODES.items():
+            cells = []
+            for size in sizes:
+                for c in tcs:
+                    r = pick(ttfb, backend=backend, mode=mode, size=size, concurrency=c)
+                    cells.append(f"{n(r['p50_ms'], 2)} ({n(r['p90_ms'], 2)})")
+            out.append(f"| {backend} | {label} | " + " | ".join(cells) + " |")
+    prev = [
+        pick(ttfb, backend="redis", mode="previous", size=size, concurrency=c)
+        for size in sizes
+        for c in tcs
+    ]
+    mem = [
+        pick(ttfb, backend="memory", mode="previous", size=size, concurrency=c)
+        for size in sizes
+        for c in tcs
+    ]
+    where = " / ".join(f"{size} c={c}" for size in sizes for c in tcs)
+
+    def added(rows: list[Row], key: str) -> str:
+        return " / ".join(f"{r[key]:+.2f}" for r in rows)
+
+    out += [
+        "",
+        f"Goal, a `previous_response_id` lookup against a local `redis-server` adds ≤ 1 ms "
+        f"p50 to the time to first byte ({where}): against the same history inline "
+        + added(prev, "p50_minus_inline_ms")
+        + " ms, against no history "
+        + added(prev, "p50_minus_fresh_ms")
+        + " ms, against the memory backend's lookup "
+        + added(prev, "p50_minus_memory_ms")
+        + " ms: "
+        + verdict(all(r["p50_minus_inline_ms"] <= 1.0 for r in prev))
+        + " (judged against `inline`, the same upstream request). The memory backend's "
+        "lookup against `inline`: " + added(mem, "p50_minus_inline_ms") + " ms.",
+        "",
+    ]
+    calls = sr.get("calls")
+    if calls:
+        small, large, raw = calls["small"], calls["large"], calls["raw_get"]
+        out += [
+            "Why Redis costs more than its round trip: one `RedisStore.get` (coredis "
+            "over trio), alone in a process on core 1, takes "
+            f"{n(small['p50_ms'], 2)} ms p50 and {n(small['cpu_p50_us'])} µs of CPU for a "
+            f"{small['record_bytes']:,}-byte record, {n(large['p50_ms'], 2)} ms and "
+            f"{n(large['cpu_p50_us'])} µs for a {large['record_bytes']:,}-byte one, where a "
+            f"raw-socket `GET` round trip to the same `redis-server` takes "
+            f"{n(raw['p50_ms'], 3)} ms p50: nearly all of a lookup is the client library's "
+            "own work per command (coredis's per-call tasks, cancel scopes, locks and "
+            "retry policy on anyio, and its RESP parsing of a large reply), on the proxy's "
+            "core before the request can go upstream; a storing stream pays the same for "
+            "its one script call.",
+            "",
+        ]
+    spy = sr.get("profile")
+    if spy:
+        keys = ("store-true", "store-false")
+        parts = sorted(
+            {r["part"] for k in keys for r in spy[k]["parts"] if r["part"].startswith("state:")}
+        )
+        out += [
+            "### Where a stored stream's time goes (py-spy, paced)",
+            "",
+            f"py-spy on the memory-backend proxai at c={spy['concurrency']}, "
+            f"{spy['seconds']} s per length, each sample charged to the innermost frame "
+            "of the stored path's own code, else to the per-event bench's parts; scaled "
+            "by the CPU measured over the same run. A short profile: a part's figure moves "
+            "by a few µs between runs.",
+            "",
+            "| part | `store: true`, µs per event | per stream | `store: false`, µs per event "
+            "| per stream |",
+            "|---|---|---|---|---|",
+        ]
+        for name in [*parts, "SSE framer", "observer"]:
+            cells = []
+            for k in keys:
+                row = next((r for r in spy[k]["parts"] if r["part"] == name), None)
+                cells += [n(row["per_event_us"], 1), n(row["per_stream_us"])] if row else ["—", "—"]
+            out.append(f"| {name} | " + " | ".join(cells) + " |")
+        total = [
+            (
+                sum(r["per_event_us"] for r in spy[k]["parts"]),
+                sum(r["per_stream_us"] for r in spy[k]["parts"]),
+            )
+            for k in keys
+        ]
+        out.append(
+            "| all of proxai | " + " | ".join(f"{n(e, 1)} | {n(s)}" for e, s in total) + " |"
+        )
+        out.append("")
+    checks = sr["checks"]
+    out += [
+        f"Checks: {checks['streams']:,} streams in {checks['cells']} cells, each a "
+        "well-formed Responses stream carrying the upstream's text; "
+        f"{checks['bad']} bad"
+        + (f" ({'; '.join(checks['problems'])})" if checks["problems"] else "")
+        + ".",
+        "",
+    ]
+    return out
+
+
+def splice(section: list[str], path: Path, before: str) -> None:
+    """Replace ``section``'s part of ``path`` (from its heading to the next ``## ``), or
+    insert it before the heading ``before``: one bench's section regenerated from its
+    own results, the others' left as their last full run wrote them."""
+    lines = path.read_text().rstrip("\n").split("\n")
+    heading = section[0]
+    if heading in lines:
+        start = lines.index(heading)
+        end = next(
+            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
+        )
+    else:
+        start = end = lines.index(before)
+    path.write_text("\n".join([*lines[:start], *section, *lines[end:]]) + "\n")
+
+
 def setup_section(res: dict[str, Any]) -> list[str]:
     m = res["machine"]
     loads = [
@@ -850,6 +1112,7 @@ def setup_section(res: dict[str, Any]) -> list[str]:
             "stall",
             "floor",
             "websocket",
+            "state",
         )
         if name in res and "loadavg" in res[name]
     ]
@@ -1020,7 +1283,7 @@ def stall_section(res: dict[str, Any]) -> list[str]:
 
 def write(res: dict[str, Any]) -> None:
     lines = [
-        "# Benchmarks (issues 7, 15, 16 and 22)",
+        "# Benchmarks (issues 7, 15, 16, 22 and 23)",
         "",
         "<!-- Generated by bench/run_all.py (bench/report.py); edit bench/profile.md for the "
         "profile section and rerun `make bench` rather than editing this file. -->",
@@ -1045,6 +1308,7 @@ def write(res: dict[str, Any]) -> None:
         targets_section,
         perevent_section,
         websocket_section,
+        state_section,
         setup_section,
         throughput_section,
         floor_section,
@@ -1058,6 +1322,10 @@ def write(res: dict[str, Any]) -> None:
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--only-state"]:  # bench/state.py's section from its own results
+        result = json.loads((RESULTS / "state.json").read_text())
+        splice(state_section({"state": result}), ROOT / "docs" / "bench.md", "## Setup")
+        return 0
     write(json.loads((RESULTS / "all.json").read_text()))
     return 0
 

@@ -10,12 +10,16 @@ Runs, each repeated ``--reps`` times with targets interleaved and medians report
 - the one-read figures (issue 7): ``throughput``, ``longstream``, ``scaling``, ``stall``
   and ``floor`` (its one-read throughput part);
 - ``websocket``: the Responses WebSocket (issue 22): CPU per event over a socket
-  against SSE, the second turn's time to first event, py-spy on both.
+  against SSE, the second turn's time to first event, py-spy on both;
+- ``state``: conversation state (issue 23): CPU per event and per stream with
+  ``store: false``, ``store: true`` (memory and Redis) and no state at all (``main``),
+  a ``previous_response_id`` turn's time to first byte on both backends, py-spy.
 
 Raw results go to bench/results/*.json (one file per bench plus all.json), then
 docs/bench.md and docs/bench.png are regenerated from them. ``--only`` reruns some
 benches and keeps the others' last results. ``--quick`` is a smoke test (short runs,
-nothing rendered). The whole run takes about 18 minutes on the 2-core bench machine.
+nothing rendered). The whole run takes about 25 minutes on the 2-core bench machine
+(``state`` about 8 of them, more when the machine is busy).
 The older paced-latency and memory benches (``bench/latency.py``, ``bench/memory.py``
 and the same parts of ``bench/floor.py``) still run on their own; the per-event bench
 measures both in its regime.
@@ -30,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import floor, longstream, perevent, pyspy, scaling, stall, throughput, websocket
+from bench import floor, longstream, perevent, pyspy, scaling, stall, state, throughput, websocket
 from bench.common import RESULTS, ROOT, have_tools, loadavg, log, machine, pin_driver, save
 
 BENCHES = [
@@ -42,6 +46,7 @@ BENCHES = [
     "stall",
     "floor",
     "websocket",
+    "state",
 ]
 
 
@@ -67,6 +72,7 @@ def plan(reps: int, quick: bool) -> dict[str, Callable[[], dict[str, Any]]]:
             "stall": lambda: stall.run(1, 5.0),
             "floor": lambda: {"throughput": floor.throughput(1, 1, [1, 16])},
             "websocket": websocket.quick,
+            "state": state.quick,
         }
     return {
         "perevent": lambda: perevent.run(reps),
@@ -78,6 +84,7 @@ def plan(reps: int, quick: bool) -> dict[str, Callable[[], dict[str, Any]]]:
         "stall": lambda: stall.run(reps, 75.0),
         "floor": lambda: {"throughput": floor.throughput(reps, 3, [1, 16, 64])},
         "websocket": lambda: websocket.run(max(reps, 5)),
+        "state": lambda: state.run(max(reps, 5)),
     }
 
 
@@ -89,7 +96,10 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", nargs="+", choices=BENCHES, default=BENCHES)
     args = parser.parse_args()
-    if not have_tools("nginx", "wrk", "taskset", str(ROOT / ".venv" / "bin" / "py-spy")):
+    tools = ["nginx", "wrk", "taskset", str(ROOT / ".venv" / "bin" / "py-spy")]
+    if "state" in args.only:
+        tools.append("redis-server")
+    if not have_tools(*tools):
         return 2
     pin_driver()
     path = RESULTS / "all.json"

@@ -38,6 +38,7 @@ from typing import Any
 import attrs
 import trio
 from chat_upstream import ChatModel, ToolCall, reasoning_sent_with, tool_messages
+from messages_upstream import MessagesModel, assistant_text_with, tool_results
 
 from proxai.outcome import Outcome, OutcomeKind
 from proxai.testing import RecordedRequest, Script, ScriptedUpstream, Sleep, Stall, open_proxai
@@ -92,6 +93,8 @@ class Scenario:
     translation: str | None = None
     #: More checks on what reached the upstream.
     check_upstream: Callable[[Sequence[RecordedRequest]], list[str]] | None = None
+    #: How many of the responses proxai must have stored (``Outcome.stored_as``).
+    stored: int = 0
 
 
 @attrs.frozen
@@ -122,6 +125,8 @@ LOOP_ANSWER = "空气质量良好（AQI 42），适合跑步。"
 
 #: DeepSeek-style reasoning before the call: it must come back on the next turn.
 REASONING = "The user asks about running outside: check the air quality first."
+#: What the model says before it calls get_weather.
+TEXT_BEFORE_CALL = "我查一下北京今天的天气。"
 
 
 def chat_model(stalls: int = 0) -> Callable[[], Responder]:
@@ -129,7 +134,7 @@ def chat_model(stalls: int = 0) -> Callable[[], Responder]:
         WEATHER_CALL,
         LOOP_ANSWER,
         reasoning=REASONING,
-        text_before_call="我查一下北京今天的天气。",
+        text_before_call=TEXT_BEFORE_CALL,
         stalls=stalls,
     )
 
@@ -148,6 +153,28 @@ def loop_history_sent(requests: Sequence[RecordedRequest]) -> list[str]:
     reasoning = reasoning_sent_with(body, WEATHER_CALL.id)
     if reasoning != [REASONING]:
         failures.append(f"the call's reasoning came back as {reasoning}, expected [{REASONING!r}]")
+    return failures
+
+
+def messages_model() -> Responder:
+    return MessagesModel(
+        WEATHER_CALL, LOOP_ANSWER, thinking=REASONING, text_before_call=TEXT_BEFORE_CALL
+    )
+
+
+def loop_history_sent_to_messages(requests: Sequence[RecordedRequest]) -> list[str]:
+    """The second turn's history on a Messages upstream: the text before the call (the
+    SDK sent it as an ``item_reference``; proxai resolved it from the stored first
+    step), the call, and its result."""
+    if len(requests) < 2:
+        return []
+    body = requests[-1].json()
+    failures: list[str] = []
+    if not any(i == WEATHER_CALL.id and WEATHER_REPORT in t for i, t in tool_results(body)):
+        failures.append(f"the last upstream request has no tool result {WEATHER_REPORT!r}")
+    said = assistant_text_with(body, WEATHER_CALL.id)
+    if said != [TEXT_BEFORE_CALL]:
+        failures.append(f"the call's text came back as {said}, expected [{TEXT_BEFORE_CALL!r}]")
     return failures
 
 
@@ -220,6 +247,28 @@ SCENARIOS: tuple[Scenario, ...] = (
         check_upstream=loop_history_sent,
     ),
     Scenario(
+        "chat-upstream-tool-loop-stored",
+        "tool-loop-stored",
+        chat_model(),
+        [OutcomeKind.COMPLETED, OutcomeKind.COMPLETED],
+        proxai_message=False,
+        protocol="openai_chat",
+        translation="responses→chat",
+        check_upstream=loop_history_sent,
+        stored=2,
+    ),
+    Scenario(
+        "messages-upstream-tool-loop-stored",
+        "tool-loop-stored-plain",
+        messages_model,
+        [OutcomeKind.COMPLETED, OutcomeKind.COMPLETED],
+        proxai_message=False,
+        protocol="anthropic_messages",
+        translation="responses→messages",
+        check_upstream=loop_history_sent_to_messages,
+        stored=2,
+    ),
+    Scenario(
         "chat-upstream-stall-mid-arguments",
         "chat-stall-mid-arguments",
         chat_model(stalls=1),
@@ -227,6 +276,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         deadline=TIMEOUTS["tool_arguments"],
         protocol="openai_chat",
         translation="responses→chat",
+        stored=1,  # the SDK's default store: true; failed, stored as OpenAI stores it
     ),
 )
 
@@ -387,6 +437,9 @@ async def run_scenario(node: str, scenario: Scenario) -> tuple[list[str], Run | 
         failures.append(
             f"{len(upstream.requests)} upstream requests, expected {len(scenario.outcomes)}"
         )
+    stored = sum(o.stored_as is not None for o in outcomes)
+    if stored != scenario.stored:
+        failures.append(f"proxai stored {stored} responses, expected {scenario.stored}")
     translated = {o.translation for o in outcomes} - {scenario.translation}
     if translated:
         failures.append(
@@ -443,7 +496,7 @@ def installed(package: str) -> str:
     return str(json.loads(manifest.read_text())["version"])
 
 
-async def main(verbose: bool = False) -> int:
+async def main(verbose: bool = False, only: Sequence[str] = ()) -> int:
     node = shutil.which("node")
     if node is None:
         print("node is not on PATH")
@@ -456,12 +509,18 @@ async def main(verbose: bool = False) -> int:
     passed = failed = 0
     sdk = f"ai {installed('ai')}, @ai-sdk/openai {installed('@ai-sdk/openai')}"
     print(f"Vercel AI SDK ({sdk}) through proxai (timeouts {TIMEOUTS})")
-    for scenario in SCENARIOS:
+    unknown = set(only) - {s.name for s in SCENARIOS}
+    if unknown:
+        print(f"unknown scenarios {sorted(unknown)}; known: {[s.name for s in SCENARIOS]}")
+        print("0 passed, 1 failed")
+        return 1
+    scenarios = [s for s in SCENARIOS if not only or s.name in only]
+    for scenario in scenarios:
         failures, run, kinds = await run_scenario(node, scenario)
         verdict = run.verdict if run else None
         seconds = f"{run.seconds:.1f} s" if run else "-"
         status = "FAIL" if failures else "PASS"
-        print(f"  {status} {scenario.name:<32} {seconds:>6}  proxai={kinds}")
+        print(f"  {status} {scenario.name:<36} {seconds:>6}  proxai={kinds}")
         print(f"       sdk: {describe_sdk(verdict)}")
         if verbose and run is not None:
             print(f"       client: {run.stdout.strip()}")
@@ -470,8 +529,10 @@ async def main(verbose: bool = False) -> int:
             print_failure_details(failures, run)
         else:
             passed += 1
-    print("Negative controls (a misbehaving proxy must make the client fail)")
-    for control in CONTROLS:
+    controls = () if only else CONTROLS
+    if controls:
+        print("Negative controls (a misbehaving proxy must make the client fail)")
+    for control in controls:
         failures, run = await run_control(node, control)
         status = "FAIL" if failures else "PASS"
         why = "; ".join(run.verdict["failures"]) if run and run.verdict else "-"
@@ -483,10 +544,12 @@ async def main(verbose: bool = False) -> int:
             print_failure_details(failures, run)
         else:
             passed += 1
-    print(f"Ran: Vercel AI SDK ({sdk}), {len(SCENARIOS)} scenarios, {len(CONTROLS)} controls")
+    print(f"Ran: Vercel AI SDK ({sdk}), {len(scenarios)} scenarios, {len(controls)} controls")
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(trio.run(main, "-v" in sys.argv[1:]))
+    arguments = sys.argv[1:]
+    names = [a for a in arguments if not a.startswith("-")]
+    sys.exit(trio.run(main, "-v" in arguments, names))

@@ -57,15 +57,21 @@ const OUTPUT_PART = /^(text|reasoning|tool-input)-|^(tool-call|tool-result|sourc
  * @property {string | null} text  `await result.text`: the last step's text
  * @property {number | null} steps  `(await result.steps).length`
  * @property {number} ms  time from the call to the end of the stream
+ * @property {string[][]} sentInputTypes  each request's `input[].type` (`message`
+ *   for an item without one), as the SDK sent it: whether it sent `item_reference`s
  */
 
 /**
  * @typedef {object} Scenario
  * @property {number} maxRetries
  * @property {boolean} [loop]  get_weather runs (returns WEATHER_REPORT) and the SDK
- *   sends its result back in a second step, with `store: false`: the SDK then sends
- *   every earlier item itself, where with `store: true` it sends `item_reference`s
- *   to reasoning and text, which only OpenAI keeps (proxai refuses them with a 400)
+ *   sends its result back in a second step
+ * @property {boolean} [store]  with `loop`: leave the SDK's default `store: true`, so
+ *   the second step sends the earlier reasoning and text as `item_reference`s (proxai
+ *   resolves them from the response it stored); otherwise the loop sets
+ *   `store: false` and the SDK sends every earlier item itself
+ * @property {string} [model]  the model id (default gpt-5.4, which the SDK treats as
+ *   a reasoning model)
  * @property {(seen: Observed, errors: {raw: unknown, view: ErrorView}[]) => string[]} check
  *   the failed expectations (empty when the scenario passes)
  */
@@ -84,6 +90,7 @@ const observed = {
   text: null,
   steps: null,
   ms: 0,
+  sentInputTypes: [],
 };
 
 /**
@@ -190,20 +197,24 @@ const SCENARIOS = {
 
   // Two steps from a Chat Completions upstream, through proxai's translation: the
   // model calls get_weather, the SDK runs it and sends the result, the model answers.
-  'tool-loop': {
+  // `store: false`: the second step sends every earlier item itself.
+  'tool-loop': { maxRetries: 0, loop: true, check: expectLoop(false) },
+
+  // The same loop with the SDK's default `store: true`: the second step sends the
+  // earlier reasoning and text as `item_reference`s, which proxai resolves from the
+  // first step's response, stored because the upstream keeps none.
+  'tool-loop-stored': { maxRetries: 0, loop: true, store: true, check: expectLoop(true) },
+
+  // The same with a model the SDK takes for one without reasoning (gpt-4.1): it then
+  // sends the earlier text as an `item_reference` even with no reasoning before it
+  // (for gpt-5.4 it refers to text only after reasoning). For upstreams that do not
+  // reason unless asked, as Anthropic's.
+  'tool-loop-stored-plain': {
     maxRetries: 0,
     loop: true,
-    check(seen, errors) {
-      const failures = expectWeatherCall('stop')(seen, errors);
-      const results = JSON.stringify(seen.toolResults);
-      const want = JSON.stringify([{ toolName: 'get_weather', output: WEATHER_REPORT }]);
-      if (results !== want) failures.push(`expected tool results ${want}, got ${results}`);
-      if (seen.steps !== 2) failures.push(`expected 2 steps, got ${seen.steps}`);
-      if (seen.text !== LOOP_ANSWER) {
-        failures.push(`expected the answer ${JSON.stringify(LOOP_ANSWER)}, got ${seen.text}`);
-      }
-      return failures;
-    },
+    store: true,
+    model: 'gpt-4.1',
+    check: expectLoop(true),
   },
 
   // response.created + response.in_progress, then a stall: proxai's error comes before
@@ -232,6 +243,32 @@ const SCENARIOS = {
     check: expectRetryableAPICallError(expect504),
   },
 };
+
+/**
+ * Expectations for the two-step tool loop: the call, its result sent back, the answer;
+ * and whether the second step referred to earlier items by `item_reference`.
+ * @param {boolean} references
+ * @returns {Scenario['check']}
+ */
+function expectLoop(references) {
+  return (seen, errors) => {
+    const failures = expectWeatherCall('stop')(seen, errors);
+    const results = JSON.stringify(seen.toolResults);
+    const want = JSON.stringify([{ toolName: 'get_weather', output: WEATHER_REPORT }]);
+    if (results !== want) failures.push(`expected tool results ${want}, got ${results}`);
+    if (seen.steps !== 2) failures.push(`expected 2 steps, got ${seen.steps}`);
+    if (seen.text !== LOOP_ANSWER) {
+      failures.push(`expected the answer ${JSON.stringify(LOOP_ANSWER)}, got ${seen.text}`);
+    }
+    const second = seen.sentInputTypes[1] ?? [];
+    if (second.includes('item_reference') !== references) {
+      const how = references ? 'with' : 'without';
+      const sent = JSON.stringify(second);
+      failures.push(`expected the second step ${how} item_reference, sent ${sent}`);
+    }
+    return failures;
+  };
+}
 
 /**
  * Expectations for a stall mid-arguments: the deltas so far, then one error part
@@ -290,14 +327,32 @@ function report(scenario, ok, failures) {
 }
 
 /**
+ * `fetch` that notes the type of each input item the SDK sends.
+ * @type {typeof fetch}
+ */
+async function recordingFetch(input, init) {
+  if (typeof init?.body === 'string') {
+    try {
+      const items = JSON.parse(init.body).input;
+      if (Array.isArray(items)) {
+        observed.sentInputTypes.push(items.map((item) => item?.type ?? 'message'));
+      }
+    } catch {
+      // not JSON: nothing to note
+    }
+  }
+  return fetch(input, init);
+}
+
+/**
  * @param {string} baseURL
  * @param {Scenario} scenario
  */
 async function run(baseURL, scenario) {
-  const openai = createOpenAI({ baseURL, apiKey: 'sk-test' });
+  const openai = createOpenAI({ baseURL, apiKey: 'sk-test', fetch: recordingFetch });
   const started = performance.now();
   const result = streamText({
-    model: openai.responses('gpt-5.4'),
+    model: openai.responses(scenario.model ?? 'gpt-5.4'),
     prompt: QUESTION,
     tools: {
       get_weather: tool({
@@ -311,10 +366,8 @@ async function run(baseURL, scenario) {
         ...(scenario.loop && { execute: async () => WEATHER_REPORT }),
       }),
     },
-    ...(scenario.loop && {
-      stopWhen: stepCountIs(2),
-      providerOptions: { openai: { store: false } },
-    }),
+    ...(scenario.loop && { stopWhen: stepCountIs(2) }),
+    ...(scenario.loop && !scenario.store && { providerOptions: { openai: { store: false } } }),
     maxRetries: scenario.maxRetries,
     onError: ({ error }) => {
       observed.onError.push(describe(error));
