@@ -85,6 +85,7 @@ class MemoryProxy:
         upstream: dict[str, Any] | None = None,
         socket_upstream: ScriptedSocketUpstream | None = None,
         state: dict[str, Any] | None = None,
+        limits: dict[str, Any] | None = None,
         **timeouts: float,
     ) -> None:
         """``upstreams`` adds ``[upstreams.NAME]`` tables; every upstream plays ``responder``.
@@ -94,7 +95,7 @@ class MemoryProxy:
         on (``retries={}``: proxai's defaults). ``upstream`` adds keys to the default
         ``[upstream]``. ``socket_upstream``: where the
         ``websocket = true`` upstreams' sockets connect, in memory (it must be serving).
-        ``state``: the ``[state]`` table.
+        ``state``: the ``[state]`` table; ``limits``: the ``[limits]`` one.
         """
         self.transport = ScriptTransport(responder)
         overrides: dict[str, Any] = {
@@ -116,6 +117,8 @@ class MemoryProxy:
             overrides["server"] = server
         if state:
             overrides["state"] = state
+        if limits:
+            overrides["limits"] = limits
         self.config: Config = load_config(None, overrides=overrides)
         self.outcomes: list[Outcome] = []
         self.app = ProxaiApp(
