@@ -236,10 +236,12 @@ def proxai(
     cores: str = str(PROXY_CORE),
     protocol: str | None = None,
     argv_prefix: Sequence[str] = (),
+    extra_config: str = "",
 ) -> subprocess.Popen[bytes]:
     """``proxai serve --config FILE`` in front of 127.0.0.1:upstream (``protocol``: the
     upstream's ``[upstream] protocol``; ``argv_prefix`` replaces the ``proxai`` script,
-    e.g. by a launcher that runs it under tracemalloc)."""
+    e.g. by a launcher that runs it under tracemalloc; ``extra_config``: more TOML
+    tables, appended)."""
     lines = [
         "[server]",
         'host = "127.0.0.1"',
@@ -253,6 +255,8 @@ def proxai(
     if timeouts:
         lines.append("[timeouts]")
         lines += [f"{key} = {float(value)}" for key, value in timeouts.items()]
+    if extra_config:
+        lines.append(extra_config)
     config = wd / f"proxai-{port}.toml"
     config.write_text("\n".join(lines) + "\n")
     head = list(argv_prefix) or [str(PROXAI)]
