@@ -22,6 +22,8 @@ __all__ = [
     "CompactionConfig",
     "Config",
     "ConfigError",
+    "KeyLimitsConfig",
+    "LimitsConfig",
     "MaxTokensField",
     "NormalizeConfig",
     "RetriesConfig",
@@ -401,6 +403,47 @@ class CompactionConfig:
     summary_prefix: str = DEFAULT_SUMMARY_PREFIX
 
 
+def _limit_key(inst: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    """A client key, its ``sha256:`` digest, or ``"*"``; never quoted (it may be a key)."""
+    if not value.strip():
+        raise InvalidValue(attribute, 'must be a client key of [auth], its sha256: digest, or "*"')
+
+
+@attrs.frozen
+class KeyLimitsConfig:
+    """A ``[[limits.keys]]`` entry: one client key's limits (or ``key = "*"``: those of
+    every key without an entry of its own). A limit left out is no limit."""
+
+    key: str = attrs.field(validator=_limit_key, repr=False)
+    #: The key's name in metrics, logs and the live view (default: a digest prefix).
+    name: str | None = None
+    requests_per_minute: int | None = attrs.field(default=None, validator=_optional_positive_int)
+    #: Input and output tokens, from the usage the upstream reports.
+    tokens_per_minute: int | None = attrs.field(default=None, validator=_optional_positive_int)
+    #: Responses of this key in flight at once, across the fleet (``[state]``).
+    max_concurrent_streams: int | None = attrs.field(default=None, validator=_optional_positive_int)
+
+
+@attrs.frozen
+class LimitsConfig:
+    """Per-client-key limits and the fleet's concurrency, kept in the ``[state]`` backend
+    (exact across processes with Redis; per process with memory)."""
+
+    #: Proxied requests in flight at once across every process sharing ``[state]``;
+    #: over it: 503. 0: no limit (``server.max_concurrent_streams`` stays per process).
+    max_concurrent_streams: int = attrs.field(default=0, validator=_non_negative_int)
+    #: When the backend does not answer: refuse with 503 instead of serving unlimited.
+    fail_closed: bool = False
+    #: Seconds a concurrency slot lives unless its process renews it (every third of
+    #: it, while the response runs): a process that dies frees its slots within this.
+    slot_lease: float = attrs.field(default=30.0, validator=_positive)
+    keys: list[KeyLimitsConfig] = attrs.field(factory=list)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.keys) or self.max_concurrent_streams > 0
+
+
 @attrs.frozen
 class Config:
     """The whole configuration, as loaded from TOML and command-line overrides."""
@@ -418,6 +461,8 @@ class Config:
     live_view: LiveViewConfig = LiveViewConfig()
     state: StateConfig = StateConfig()
     compaction: CompactionConfig = CompactionConfig()
+
+    limits: LimitsConfig = LimitsConfig()
 
     def upstream_named(self, name: str) -> UpstreamConfig | None:
         if name == DEFAULT_NAME and self.upstream.base_url is not None:

@@ -34,13 +34,15 @@ from .config import (
     UpstreamKind,
 )
 from .converters import error_paths, strict_converter
+from .policy.auth import ClientKeys
 from .policy.browser import normalize_allowed_host, normalize_origin
+from .policy.limits import limits_problems
 from .policy.model_patterns import compile_pattern, is_exact
 from .protocols.names import WireApi
 from .protocols.table import APIS, UPSTREAM_PROTOCOLS
 from .wire.headers import is_token, value_problem
 
-__all__ = ["load_config", "route_warnings", "state_warnings"]
+__all__ = ["limits_warnings", "load_config", "route_warnings", "state_warnings"]
 
 
 _converter = strict_converter(forbid_extra_keys=True)
@@ -118,6 +120,8 @@ def load_config(
     problems = _check_upstreams(config, os.environ if environ is None else environ)
     problems += _check_routes(config) + _check_files(config) + _check_observability(config)
     problems += _check_browser(config) + _check_state(config)
+    if not problems:  # the keys file is read only once it is known to be there
+        problems += _check_limits(config)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return config
@@ -186,6 +190,17 @@ def _check_state(config: Config) -> list[str]:
     if config.state.backend is StateBackend.REDIS and config.state.url is None:
         return ['state.url: backend "redis" needs the Redis URL (redis://host:6379/0)']
     return []
+
+
+def _check_limits(config: Config) -> list[str]:
+    """``[[limits.keys]]`` names keys of ``[auth]`` (by key or digest), each once."""
+    if not config.limits.keys:
+        return []
+    try:
+        keys = ClientKeys.from_config(config.auth)
+    except ConfigError as exc:
+        return [str(exc)]
+    return limits_problems(config.limits, keys)
 
 
 def _check_browser(config: Config) -> list[str]:
@@ -279,6 +294,20 @@ def state_warnings(config: Config) -> list[str]:
             f'[state] backend = "memory" with {config.server.workers} workers: each worker '
             "keeps its own stored responses, and a request that names one stored by another "
             'worker gets previous_response_not_found; use backend = "redis" to share them'
+        ]
+    return []
+
+
+def limits_warnings(config: Config) -> list[str]:
+    """What start-up tells the operator about ``[limits]``: with the memory backend
+    each worker keeps its own windows and slots, so N workers let N times through."""
+    workers = config.server.workers
+    if workers > 1 and config.limits.enabled and config.state.backend is StateBackend.MEMORY:
+        return [
+            f'[limits] with [state] backend = "memory" and {workers} workers: each worker '
+            f"counts its own requests, tokens and streams, so up to {workers} times each "
+            'limit gets through; use backend = "redis" for limits exact across workers '
+            "and instances"
         ]
     return []
 

@@ -101,8 +101,11 @@ class OutcomeKind(enum.StrEnum):
     #: Translating the upstream's response failed (a proxai defect, contained): the client
     #: got its API's error.
     TRANSLATION_FAILED = "translation_failed"
-    #: The ``[state]`` store did not answer a lookup the request needs (a 503).
+    #: The ``[state]`` store did not answer a lookup the request needs (a 503), or
+    #: ``[limits]`` could not decide with ``fail_closed = true``.
     STATE_UNAVAILABLE = "state_unavailable"
+    #: Refused (429) by a limit of its client key (``[limits]``: ``limited`` says which).
+    RATE_LIMITED = "rate_limited"
 
 
 # What the kinds mean, for the code that acts on them: each set is named for what its
@@ -229,6 +232,16 @@ class Outcome:
     warnings: list[str] = attrs.field(factory=list)
     #: The id proxai stored the response under (``[state]``), if it did.
     stored_as: str | None = None
+    #: The client key's name in ``[limits]`` (its ``name``, or a digest prefix; never the
+    #: key), when limits apply to it.
+    limit_key: str | None = None
+    #: The limit that refused the request (``requests_per_minute``, ``tokens_per_minute``,
+    #: ``max_concurrent_streams``, ``fleet_max_concurrent_streams``), if one did.
+    limited: str | None = None
+    #: Tokens charged to the key's ``tokens_per_minute`` window at the request's end.
+    charged_tokens: int | None = None
+    #: Body bytes received from the client (decoded).
+    bytes_request: int = 0
     #: ``responses→chat`` when the request was translated (client API → upstream API).
     translation: str | None = None
     #: Request fields the translation dropped (dotted paths), e.g. ``tools.web_search``, as

@@ -33,6 +33,7 @@ SANS_IO_MODULES = [
     "proxai.state.records",
     "proxai.state.memory",
     "proxai.state.store",
+    "proxai.state.limiter",
 ]
 IO_LIBRARIES = ("trio", "hypercorn", "httpx", "httpcore", "anyio")
 

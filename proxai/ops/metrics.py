@@ -148,6 +148,20 @@ class Metrics:
             registry=registry,
         )
 
+        self.limited = Counter(
+            "proxai_limited",
+            "Requests refused by [limits], by key (its configured name or a digest "
+            "prefix, never the key) and limit.",
+            ["key", "limit"],
+            registry=registry,
+        )
+        self.limits_unavailable = Counter(
+            "proxai_limits_unavailable",
+            "Limit decisions the [state] backend did not answer (served unlimited, or "
+            "refused with fail_closed).",
+            registry=registry,
+        )
+
     @classmethod
     def from_config(cls, config: MetricsConfig, route_models: Iterable[str]) -> Metrics:
         """The metrics of a process whose routes name ``route_models`` exactly."""

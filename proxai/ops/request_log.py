@@ -113,6 +113,9 @@ def log_fields(outcome: Outcome) -> dict[str, Any]:
         "anomalies": len(outcome.anomalies),
         "warnings": [_short(w) for w in outcome.warnings] or None,
         "stored_as": outcome.stored_as,
+        "limit_key": outcome.limit_key,
+        "limited": outcome.limited,
+        "charged_tokens": outcome.charged_tokens,
         "detail": _short(outcome.detail),
     }
 

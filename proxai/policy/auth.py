@@ -19,7 +19,13 @@ from ..errors import ProxyError
 from ..outcome import OutcomeKind
 from ..protocols.table import ClientSdk
 
-__all__ = ["HASH_PREFIX", "UNAUTHENTICATED_TENANT", "ClientKeys", "tenant_of"]
+__all__ = [
+    "HASH_PREFIX",
+    "UNAUTHENTICATED_TENANT",
+    "ClientKeys",
+    "entry_digest",
+    "tenant_of",
+]
 
 HASH_PREFIX = "sha256:"
 #: Whose stored data a request without ``[auth]`` reads and writes.
@@ -56,7 +62,9 @@ def tenant_of(
     return keys.check(headers, sdk)
 
 
-def _parse(entry: str, where: str) -> bytes:
+def entry_digest(entry: str) -> bytes:
+    """The digest of a configured key: plain, or ``sha256:`` and its hex digest; raises
+    ValueError (never quoting the entry)."""
     if entry.startswith(HASH_PREFIX):
         hexdigest = entry[len(HASH_PREFIX) :].strip().lower()
         try:
@@ -64,9 +72,16 @@ def _parse(entry: str, where: str) -> bytes:
         except ValueError:
             digest = b""
         if len(digest) != 32:
-            raise ConfigError(f"{where}: a hashed key is sha256: and 64 hex digits")
+            raise ValueError("a hashed key is sha256: and 64 hex digits")
         return digest
     return _digest(entry)
+
+
+def _parse(entry: str, where: str) -> bytes:
+    try:
+        return entry_digest(entry)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 class ClientKeys:
@@ -90,6 +105,10 @@ class ClientKeys:
         if not digests:
             raise ConfigError("auth: no client keys configured (auth.keys / auth.keys_file)")
         return cls(digests)
+
+    def has_digest(self, digest: bytes) -> bool:
+        """Whether ``digest`` is one of the configured keys' (configuration checks)."""
+        return digest in self._digests
 
     def accepts(self, key: str) -> bool:
         presented = _digest(key)

@@ -46,6 +46,7 @@ from .asgi_io import AsgiDownstream, ASGIReceive, ASGISend, read_body
 from .background import Failures
 from .conversations import Conversations, StatePlan, is_response_path, parse_query
 from .gate import Gate
+from .limits import Admission, KeyLimits
 from .live_view import LiveView
 from .local import HEALTH_PATHS, LocalAnswers, send_local_answer
 from .plan import Incoming, Plan, Planner, Prepared, read_head
@@ -96,6 +97,12 @@ class ProxaiApp:
         self._gate = Gate(
             config.server, lambda: self._relays, RetryBudget.from_config(config.retries)
         )
+        self._limits = KeyLimits(
+            config,
+            self._keys,
+            count_limited=self._count_limited,
+            count_unavailable=self._count_limits_unavailable,
+        )
         mask = SecretMask.from_config(config)
         self._request_log = RequestLog(config.logging, mask)
         metrics = config.metrics
@@ -115,6 +122,7 @@ class ProxaiApp:
             streams=lambda: [relay.snapshot() for relay in self._relays],
             sockets=lambda: self._sockets.snapshots(),
             draining=lambda: self._gate.draining,
+            key_use=self._limits.use,
         )
         self._sockets = SocketEndpoint(self)
         self._local = LocalAnswers(
@@ -147,6 +155,7 @@ class ProxaiApp:
         self._conversations = Conversations(
             store, max_record_bytes=self.config.server.websocket_max_state_bytes
         )
+        self._limits.open(store)
         self._clients = {
             name: self._upstream_factory(upstream, self.config.timeouts_for(name), name=name)
             for name, upstream in self.config.all_upstreams()
@@ -161,6 +170,7 @@ class ProxaiApp:
         for client in clients.values():
             await client.aclose()
         self._conversations = None
+        self._limits.close()
         self._holding_store.cancel()  # the store closes in its task (shielded, bounded)
 
     async def _hold_store(self, *, task_status: trio.TaskStatus[StateStore]) -> None:
@@ -198,6 +208,7 @@ class ProxaiApp:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._drain_when_asked)
                 nursery.start_soon(self._close_idle_connections)
+                nursery.start_soon(self._limits.renew_leases)
                 await self._lifespan_messages(receive, send, nursery)
                 nursery.cancel_scope.cancel()
         finally:
@@ -237,6 +248,14 @@ class ProxaiApp:
                 stats = client.pool_statistics()
                 self._metrics.pools(name, stats.open, stats.idle, stats.listed)
 
+    def _count_limited(self, key: str, limit: str) -> None:
+        if self._metrics is not None:
+            self._metrics.limited.labels(key, limit).inc()
+
+    def _count_limits_unavailable(self) -> None:
+        if self._metrics is not None:
+            self._metrics.limits_unavailable.inc()
+
     def _count_failure(self, task: str) -> None:
         if self._metrics is not None:
             self._metrics.background_failures.labels(task).inc()
@@ -270,9 +289,13 @@ class ProxaiApp:
         incoming = self._incoming(scope)
         outcome = Outcome(method, path, request_id=incoming.request_id)
         admitted = False
+        admission: Admission | None = None
         capture: Capture | None = None
         try:
-            self._admit(incoming, verdict)
+            tenant = self._admit(incoming, verdict)
+            admission = await self._limits.admit(tenant, incoming.request_id, outcome)
+            if admission is not None:
+                downstream.add_headers(admission.headers)
             self._gate.enter()
             admitted = True
             # Refused requests are not captured: a flood of them must not push out the rest.
@@ -298,6 +321,8 @@ class ProxaiApp:
                 self._gate.leave()
                 if self._metrics is not None:
                     self._metrics.in_flight.dec()
+            if admission is not None:
+                await self._limits.finish(admission, outcome)
             # Every request leaves a record, even one a bug or a shutdown cut short.
             self._report(outcome)
             if capture is not None and self._captures is not None:
@@ -335,18 +360,24 @@ class ProxaiApp:
         if not self._clients:
             raise ProxyError(503, "proxai is not started", "server_error")
 
-    def admit_turn(self) -> None:
-        """Admit one response of a socket (it counts in max_concurrent_streams)."""
+    async def admit_turn(self, incoming: Incoming, outcome: Outcome) -> Admission | None:
+        """Admit one response of a socket: it counts in max_concurrent_streams and in
+        its key's ``[limits]`` (raises the error its frame says)."""
         self._gate.check_open()
         self._gate.check_room()
+        tenant = tenant_of(self._keys, incoming.headers, incoming.sdk)
+        admission = await self._limits.admit(tenant, incoming.request_id, outcome)
         self._gate.enter()
         if self._metrics is not None:
             self._metrics.in_flight.inc()
+        return admission
 
-    def leave_turn(self) -> None:
+    async def leave_turn(self, admission: Admission | None, outcome: Outcome) -> None:
         self._gate.leave()
         if self._metrics is not None:
             self._metrics.in_flight.dec()
+        if admission is not None:
+            await self._limits.finish(admission, outcome)
 
     def draining(self) -> bool:
         return self._gate.draining
@@ -386,16 +417,16 @@ class ProxaiApp:
             configured=self._planner.router.has_protocol,
         )
 
-    def _admit(self, incoming: Incoming, verdict: Verdict) -> None:
-        """Refuse what proxai will not relay, before reading the body or going upstream."""
+    def _admit(self, incoming: Incoming, verdict: Verdict) -> str:
+        """Refuse what proxai will not relay, before reading the body or going upstream;
+        the request's tenant (:func:`~proxai.policy.auth.tenant_of`)."""
         if verdict.refusal is not None:
             raise verdict.refusal
         check_target(incoming.raw_path, incoming.query)
         check_path(incoming.method, incoming.path, incoming.raw_path)
         check_head_size(incoming.headers, incoming.raw_path, self.config.server.max_header_bytes)
         self._gate.check_open()
-        if self._keys is not None:
-            self._keys.check(incoming.headers, incoming.sdk)
+        tenant = tenant_of(self._keys, incoming.headers, incoming.sdk)
         self._gate.check_room()
         if not self._clients:
             raise ProxyError(503, "proxai is not started", "server_error")
@@ -403,6 +434,7 @@ class ProxaiApp:
         # response proxai may have stored is its own to answer).
         if not self._about_stored(incoming):
             self._planner.route(incoming, None)
+        return tenant
 
     async def _proxy(
         self,
@@ -450,6 +482,7 @@ class ProxaiApp:
         """Plan a request whose body is in and relay it (raises ProxyError); a socket's
         turn comes here too, with its own ``clients`` for the upstreams it holds a
         socket to."""
+        outcome.bytes_request = len(body)
         if await self._answer_stored(incoming, downstream, outcome):
             return
         planned = await self._exchange(incoming, body, downstream, outcome, clients)

@@ -36,8 +36,15 @@ class AsgiDownstream:
         #: Headers every response head of the exchange carries (CORS, for an allowed origin).
         self._extra = list(extra_headers)
 
+    def add_headers(self, headers: Sequence[tuple[bytes, bytes]]) -> None:
+        """Headers of proxai's own that every response head carries from now on,
+        replacing the upstream's of the same name (``x-ratelimit-*``)."""
+        self._extra += headers
+
     async def send_head(self, status: int, headers: Headers) -> None:
-        headers = headers + self._extra if self._extra else headers
+        if self._extra:
+            own = {name for name, _ in self._extra}
+            headers = [(n, v) for n, v in headers if n not in own] + self._extra
         await self._send({"type": "http.response.start", "status": status, "headers": headers})
 
     async def send_body(self, data: bytes, *, more: bool = True) -> None:

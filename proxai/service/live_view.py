@@ -64,16 +64,21 @@ def _stream_json(snapshot: StreamSnapshot) -> dict[str, Any]:
 
 
 def snapshot_body(
-    streams: Iterable[StreamSnapshot], now_unix: float, sockets: Iterable[Any] = ()
+    streams: Iterable[StreamSnapshot],
+    now_unix: float,
+    sockets: Iterable[Any] = (),
+    keys: Iterable[Any] = (),
 ) -> bytes:
-    """The open streams, oldest first, and the open client WebSockets (attrs records:
-    id, age, responses, whether one is in flight, queued frames, state bytes)."""
+    """The open streams, oldest first, the open client WebSockets (attrs records:
+    id, age, responses, whether one is in flight, queued frames, state bytes), and each
+    limited key's use (:class:`~proxai.policy.limits.KeyUse`: its name, never the key)."""
     ordered = sorted(streams, key=lambda s: -s.age_s)
     return orjson.dumps(
         {
             "time": now_unix,
             "streams": [_stream_json(s) for s in ordered],
             "sockets": [attrs.asdict(s) for s in sorted(sockets, key=lambda s: -s.age_s)],
+            "keys": [attrs.asdict(k) for k in sorted(keys, key=lambda k: k.key)],
         }
     )
 
@@ -89,11 +94,13 @@ class LiveView:
         streams: Callable[[], Iterable[StreamSnapshot]],
         draining: Callable[[], bool],
         sockets: Callable[[], Iterable[Any]] = list,
+        key_use: Callable[[], Iterable[Any]] = list,
     ) -> None:
         self._access = LiveViewAccess(config)
         self._keys = keys
         self._streams = streams
         self._sockets = sockets
+        self._keys_use = key_use
         self._draining = draining
         self._max_viewers = config.max_viewers
         #: Event streams open now.
@@ -146,7 +153,7 @@ class LiveView:
         return None
 
     def _body(self) -> bytes:
-        return snapshot_body(self._streams(), time.time(), self._sockets())
+        return snapshot_body(self._streams(), time.time(), self._sockets(), self._keys_use())
 
     async def _events(self, downstream: AsgiDownstream) -> None:
         """A snapshot now and every second, until the client leaves or proxai drains."""
@@ -205,6 +212,13 @@ PAGE = b"""<!doctype html>
   </tr></thead>
   <tbody id="streams"><tr><td class="empty" colspan="7">no open streams</td></tr></tbody>
 </table>
+<h2 id="keys-title" hidden>client keys ([limits])</h2>
+<table id="keys-table" hidden>
+  <thead><tr>
+    <th>key</th><th>requests (last 60 s)</th><th>tokens (last 60 s)</th><th>streams open</th>
+  </tr></thead>
+  <tbody id="keys"></tbody>
+</table>
 <script>
 "use strict";
 const key = new URLSearchParams(location.hash.slice(1)).get("key");
@@ -255,6 +269,17 @@ function render(snapshot) {
     tr.appendChild(cell(seconds(s.next_deadline_left), "num " + urgency(s.next_deadline_left)));
     body.appendChild(tr);
   }
+  const keys = snapshot.keys || [];
+  $("keys-title").hidden = $("keys-table").hidden = keys.length === 0;
+  const of = (used, limit) => limit === null ? String(used) : used + " / " + limit;
+  $("keys").replaceChildren(...keys.map((k) => {
+    const tr = document.createElement("tr");
+    tr.appendChild(cell(k.key));
+    tr.appendChild(cell(of(k.requests, k.requests_per_minute), "num"));
+    tr.appendChild(cell(of(k.tokens, k.tokens_per_minute), "num"));
+    tr.appendChild(cell(of(k.streams, k.max_concurrent_streams), "num"));
+    return tr;
+  }));
   const when = new Date(snapshot.time * 1000).toLocaleTimeString();
   const sockets = snapshot.sockets || [];
   const busy = sockets.filter((s) => s.in_response).length;

@@ -222,8 +222,9 @@ class SocketEndpoint:
             state.socket, record, client_write=app.config.timeouts.client_write
         )
         admitted = False
+        admission = None
         try:
-            app.admit_turn()
+            admission = await app.admit_turn(incoming, outcome)
             admitted = True
             model = frame.get("model")
             route = app.planner.route(incoming, model if isinstance(model, str) else None)
@@ -260,7 +261,7 @@ class SocketEndpoint:
             outcome.status, outcome.detail = exc.status, exc.message
         finally:
             if admitted:
-                app.leave_turn()
+                await app.leave_turn(admission, outcome)
             app.report(outcome)
         return outcome.kind is not OutcomeKind.CLIENT_STALLED
 

@@ -168,6 +168,17 @@ class RedisStore:
                 raise StateUnavailable(f"Redis: {type(exc).__name__}") from None
         raise StateUnavailable(f"Redis did not answer within {self._timeout:g} s")
 
+    @property
+    def key_prefix(self) -> str:
+        return self._prefix
+
+    async def run_script(
+        self, script: Script[bytes], keys: list[str], args: list[str | bytes | int]
+    ) -> Any:
+        """One Lua script, one round trip, on the store's pool and under its timeout
+        (``[limits]`` shares the store's Redis this way); raises StateUnavailable."""
+        return await self._call(lambda client: script(keys=keys, args=args, client=client))
+
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
         key = self._record_key(tenant, response_id)
         data = await self._call(lambda client: client.get(key))

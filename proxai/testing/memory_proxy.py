@@ -86,6 +86,7 @@ class MemoryProxy:
         socket_upstream: ScriptedSocketUpstream | None = None,
         state: dict[str, Any] | None = None,
         compaction: dict[str, Any] | None = None,
+        limits: dict[str, Any] | None = None,
         **timeouts: float,
     ) -> None:
         """``upstreams`` adds ``[upstreams.NAME]`` tables; every upstream plays ``responder``.
@@ -95,8 +96,7 @@ class MemoryProxy:
         on (``retries={}``: proxai's defaults). ``upstream`` adds keys to the default
         ``[upstream]``. ``socket_upstream``: where the
         ``websocket = true`` upstreams' sockets connect, in memory (it must be serving).
-        ``state``: the ``[state]`` table.
-        ``compaction``: the ``[compaction]`` table.
+        ``state``, ``compaction``, ``limits``: those tables.
         """
         self.transport = ScriptTransport(responder)
         overrides: dict[str, Any] = {
@@ -120,6 +120,8 @@ class MemoryProxy:
             overrides["state"] = state
         if compaction is not None:
             overrides["compaction"] = compaction
+        if limits:
+            overrides["limits"] = limits
         self.config: Config = load_config(None, overrides=overrides)
         self.outcomes: list[Outcome] = []
         self.app = ProxaiApp(

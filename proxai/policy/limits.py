@@ -1,0 +1,449 @@
+"""Per-client-key limits, as pure decisions fed the time (``[limits]``).
+
+Each key has up to three limits, and the fleet one more:
+
+- **requests per minute**, a sliding log: a request is admitted while fewer than the
+  limit were admitted in the last 60 s (the window ``(now - 60, now]``), so no 60 s
+  window, wherever it starts, ever holds more (a fixed minute lets twice through at
+  its edge). A refused request is not logged. ``Retry-After`` is when the oldest
+  logged request leaves the window: the next request would pass then;
+- **tokens per minute**, charged when a response's usage is known, at that time: a
+  request is admitted while the tokens charged in the last 60 s are under the limit
+  (its own tokens are not known yet), and refused until enough of them leave;
+- **streams at once**, per key and for the fleet: a slot from admission to the end of
+  the response, with a lease (``[limits] slot_lease``) its process renews while the
+  response runs, so a process that dies frees its slots when their leases pass.
+
+:class:`LimitsState` is the in-process backend; the Redis one runs the same
+arithmetic in one Lua script per decision (:mod:`proxai.state.redis_limits`), and both
+answer a :class:`Decision`, which :func:`ratelimit_headers` turns into OpenAI's
+``x-ratelimit-*`` headers. Keys are known by their digest (:func:`proxai.policy.auth.tenant_of`),
+and named in metrics by their configured ``name`` or a digest prefix: never the key.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from ..config import ConfigError, KeyLimitsConfig, LimitsConfig
+from .auth import HASH_PREFIX, UNAUTHENTICATED_TENANT, ClientKeys, entry_digest
+
+__all__ = [
+    "WINDOW",
+    "Decision",
+    "KeyRule",
+    "KeyUse",
+    "Limit",
+    "LimitRules",
+    "LimitsState",
+    "WindowView",
+    "charged_tokens",
+    "estimated_tokens",
+    "ratelimit_headers",
+    "reset_text",
+    "retry_after_headers",
+]
+
+#: The window of the per-minute limits, in seconds.
+WINDOW = 60.0
+#: Seconds a refusal by concurrency says to wait (a slot frees when a response ends).
+STREAMS_RETRY = 1.0
+#: Hex digits of a key's digest that name it where it has no ``name``.
+LABEL_DIGITS = 12
+
+
+class Limit(enum.StrEnum):
+    """Which limit refused a request (the outcome record's ``limited``, the metric's
+    ``limit`` label)."""
+
+    REQUESTS = "requests_per_minute"
+    TOKENS = "tokens_per_minute"
+    STREAMS = "max_concurrent_streams"  # the key's
+    FLEET_STREAMS = "fleet_max_concurrent_streams"  # [limits] max_concurrent_streams
+
+
+@attrs.frozen
+class KeyRule:
+    """The limits of one key (``None``: none of that kind)."""
+
+    label: str
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    max_concurrent_streams: int | None = None
+
+    @classmethod
+    def of(cls, entry: KeyLimitsConfig, label: str) -> KeyRule:
+        return cls(
+            entry.name or label,
+            entry.requests_per_minute,
+            entry.tokens_per_minute,
+            entry.max_concurrent_streams,
+        )
+
+
+def label_of(tenant: str) -> str:
+    """A key's name where it has none configured: a prefix of its digest."""
+    if tenant == UNAUTHENTICATED_TENANT:
+        return tenant
+    return HASH_PREFIX + tenant[:LABEL_DIGITS]
+
+
+class LimitRules:
+    """Which limits apply to which key: its own entry, else the ``"*"`` entry's."""
+
+    def __init__(
+        self,
+        by_tenant: Mapping[str, KeyRule],
+        default: KeyLimitsConfig | None,
+        fleet_streams: int,
+    ) -> None:
+        self._by_tenant = dict(by_tenant)
+        self._default = default
+        self._defaults: dict[str, KeyRule] = {}  # by tenant, made on first use
+        self.fleet_streams = fleet_streams
+
+    @classmethod
+    def from_config(cls, limits: LimitsConfig, keys: ClientKeys | None) -> LimitRules | None:
+        """The rules of ``[limits]`` (``None``: no limit configured); raises ConfigError
+        for an entry whose key is not one of ``[auth]``'s."""
+        if not limits.enabled:
+            return None
+        problems = limits_problems(limits, keys)
+        if problems:
+            raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+        by_tenant: dict[str, KeyRule] = {}
+        default = None
+        for entry in limits.keys:
+            if entry.key == "*":
+                default = entry
+                continue
+            tenant = entry_digest(entry.key).hex()
+            by_tenant[tenant] = KeyRule.of(entry, label_of(tenant))
+        return cls(by_tenant, default, limits.max_concurrent_streams)
+
+    def rule_for(self, tenant: str) -> KeyRule | None:
+        """The limits of ``tenant`` (``None``: none, and no fleet limit either)."""
+        rule = self._by_tenant.get(tenant)
+        if rule is not None:
+            return rule
+        if self._default is not None:
+            rule = self._defaults.get(tenant)
+            if rule is None:
+                # Bounded: a tenant is an accepted key's digest (or the public one).
+                rule = self._defaults[tenant] = KeyRule.of(self._default, label_of(tenant))
+                if self._default.name:  # one name for many keys: tell them apart
+                    rule = self._defaults[tenant] = attrs.evolve(
+                        rule, label=f"{self._default.name}:{label_of(tenant)}"
+                    )
+            return rule
+        if self.fleet_streams:
+            return KeyRule(label_of(tenant))
+        return None
+
+
+def limits_problems(limits: LimitsConfig, keys: ClientKeys | None) -> list[str]:
+    """What is wrong with ``[[limits.keys]]``: a key named twice, a digest that is not
+    one, a key ``[auth]`` does not accept (never quoting a key)."""
+    problems: list[str] = []
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(limits.keys):
+        where = f"limits.keys[{i}].key"
+        if entry.key == "*":
+            identity = "*"
+        else:
+            try:
+                digest = entry_digest(entry.key)
+            except ValueError as exc:
+                problems.append(f"{where}: {exc}")
+                continue
+            identity = digest.hex()
+            if keys is None:
+                problems.append(f'{where}: names a client key, but [auth] has none; use "*"')
+            elif not keys.has_digest(digest):
+                problems.append(f"{where}: not a key of [auth] (auth.keys, auth.keys_file)")
+        if identity in seen:
+            problems.append(f"{where}: the same key as limits.keys[{seen[identity]}]")
+        seen.setdefault(identity, i)
+    return problems
+
+
+# -- what a decision answers -----------------------------------------------------------
+
+
+@attrs.frozen
+class WindowView:
+    """One per-minute limit as the ``x-ratelimit-*`` headers say it."""
+
+    limit: int
+    remaining: int
+    #: What the window holds (requests, or tokens: may pass the limit).
+    used: int
+    #: Seconds until the oldest entry of the window leaves it (the remaining count next
+    #: grows); 0 for an empty window.
+    reset: float
+
+
+@attrs.frozen
+class Decision:
+    """An admission's answer."""
+
+    refused: Limit | None = None
+    #: Seconds until a request like this one would pass (0 when admitted).
+    retry_after: float = 0.0
+    requests: WindowView | None = None
+    tokens: WindowView | None = None
+    #: The key's slots in use, and the fleet's, after the decision (live view).
+    streams: int = 0
+    fleet_streams: int = 0
+
+    @property
+    def admitted(self) -> bool:
+        return self.refused is None
+
+
+@attrs.frozen
+class KeyUse:
+    """A key's use now, for the live view."""
+
+    key: str
+    requests: int
+    requests_per_minute: int | None
+    tokens: int
+    tokens_per_minute: int | None
+    streams: int
+    max_concurrent_streams: int | None
+
+
+def reset_text(seconds: float) -> str:
+    """A duration as OpenAI writes ``x-ratelimit-reset-*`` (Go's format): ``"0s"``,
+    ``"12ms"``, ``"1.5s"``, ``"6m0s"``."""
+    ms = max(0, math.ceil(seconds * 1000 - 1e-6))
+    if ms == 0:
+        return "0s"
+    if ms < 1000:
+        return f"{ms}ms"
+    minutes, ms = divmod(ms, 60_000)
+    text = f"{ms / 1000:.3f}".rstrip("0").rstrip(".") + "s"
+    return f"{minutes}m{text}" if minutes else text
+
+
+def retry_after_headers(seconds: float) -> list[tuple[bytes, bytes]]:
+    """``Retry-After`` in whole seconds (rounded up, at least 1), and ``retry-after-ms``,
+    which the openai SDKs read first."""
+    ms = max(1, math.ceil(seconds * 1000 - 1e-6))
+    return [
+        (b"retry-after", str(max(1, math.ceil(ms / 1000))).encode()),
+        (b"retry-after-ms", str(ms).encode()),
+    ]
+
+
+def ratelimit_headers(decision: Decision) -> list[tuple[bytes, bytes]]:
+    """OpenAI's ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` for the limits
+    the key has."""
+    headers: list[tuple[bytes, bytes]] = []
+    for kind, view in (("requests", decision.requests), ("tokens", decision.tokens)):
+        if view is not None:
+            headers += [
+                (f"x-ratelimit-limit-{kind}".encode(), str(view.limit).encode()),
+                (f"x-ratelimit-remaining-{kind}".encode(), str(view.remaining).encode()),
+                (f"x-ratelimit-reset-{kind}".encode(), reset_text(view.reset).encode()),
+            ]
+    return headers
+
+
+# -- tokens ----------------------------------------------------------------------------
+
+_INPUT = ("input_tokens", "prompt_tokens")
+_OUTPUT = ("output_tokens", "completion_tokens")
+#: Anthropic's input tokens read from or written to its cache, outside ``input_tokens``.
+_CACHED_INPUT = ("cache_creation_input_tokens", "cache_read_input_tokens")
+
+
+def _count(usage: Mapping[str, Any], name: str) -> int | None:
+    value = usage.get(name)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def charged_tokens(usage: Mapping[str, Any] | None) -> int | None:
+    """Input plus output tokens of a usage object, in any of the three APIs' shapes
+    (``total_tokens`` where it is given); ``None`` when it names none."""
+    if not isinstance(usage, dict):
+        return None
+    total = _count(usage, "total_tokens")
+    if total is not None:
+        return total
+    found = [_count(usage, name) for name in (*_INPUT, *_OUTPUT, *_CACHED_INPUT)]
+    counts = [n for n in found if n is not None]
+    return sum(counts) if counts else None
+
+
+#: Bytes of a request body taken for one token when a response reports no usage.
+BYTES_PER_TOKEN = 4
+
+
+def estimated_tokens(request_bytes: int, events: int, response_bytes: int) -> int:
+    """The tokens of a response cut before its usage: its request body at
+    :data:`BYTES_PER_TOKEN` bytes a token, plus one token per event relayed (a delta
+    carries about one), or, for a body that was not a stream, its bytes at the same rate."""
+    output = events if events else math.ceil(response_bytes / BYTES_PER_TOKEN)
+    return math.ceil(request_bytes / BYTES_PER_TOKEN) + output
+
+
+# -- the in-process backend ------------------------------------------------------------
+
+
+@attrs.define
+class _KeyState:
+    requests: deque[float] = attrs.field(factory=deque)
+    charges: deque[tuple[float, int]] = attrs.field(factory=deque)
+    charged: int = 0
+    #: slot id -> when its lease ends
+    slots: dict[str, float] = attrs.field(factory=dict)
+    rule: KeyRule | None = None
+
+
+def _expire_slots(slots: dict[str, float], now: float) -> None:
+    for slot, until in list(slots.items()):
+        if until <= now:
+            del slots[slot]
+
+
+class LimitsState:
+    """The windows and slots of every key in this process (see the module's docstring);
+    every call is given the time (seconds, any monotonic clock)."""
+
+    def __init__(self, *, lease: float) -> None:
+        self.lease = lease
+        self._keys: dict[str, _KeyState] = {}
+        self._fleet: dict[str, float] = {}
+
+    def _expire(self, key: _KeyState, now: float) -> None:
+        start = now - WINDOW
+        while key.requests and key.requests[0] <= start:
+            key.requests.popleft()
+        while key.charges and key.charges[0][0] <= start:
+            key.charged -= key.charges.popleft()[1]
+        _expire_slots(key.slots, now)
+        _expire_slots(self._fleet, now)
+
+    def admit(self, tenant: str, rule: KeyRule, slot: str, fleet: int, now: float) -> Decision:
+        """Admit a request of ``tenant`` (``slot``: its unique id) or say which limit
+        refuses it; ``fleet`` is ``[limits] max_concurrent_streams`` (0: none)."""
+        key = self._keys.get(tenant)
+        if key is None:
+            key = self._keys[tenant] = _KeyState()
+        key.rule = rule
+        self._expire(key, now)
+        rpm, tpm, streams = (
+            rule.requests_per_minute,
+            rule.tokens_per_minute,
+            rule.max_concurrent_streams,
+        )
+        refused: Limit | None = None
+        retry = 0.0
+        if rpm is not None and len(key.requests) >= rpm:
+            refused, retry = Limit.REQUESTS, key.requests[len(key.requests) - rpm] + WINDOW - now
+        elif tpm is not None and key.charged >= tpm:
+            refused, retry = Limit.TOKENS, self._tokens_free_at(key, tpm) - now
+        elif streams is not None and len(key.slots) >= streams:
+            refused, retry = Limit.STREAMS, STREAMS_RETRY
+        elif fleet and len(self._fleet) >= fleet:
+            refused, retry = Limit.FLEET_STREAMS, STREAMS_RETRY
+        if refused is None:
+            if rpm is not None:
+                key.requests.append(now)
+            if streams is not None or fleet:
+                key.slots[slot] = now + self.lease
+                if fleet:
+                    self._fleet[slot] = now + self.lease
+        return Decision(
+            refused,
+            max(retry, 0.0),
+            self._requests_view(key, rpm, now),
+            self._tokens_view(key, tpm, now),
+            len(key.slots),
+            len(self._fleet),
+        )
+
+    @staticmethod
+    def _tokens_free_at(key: _KeyState, tpm: int) -> float:
+        """When enough charges have left the window for the tokens to be under ``tpm``."""
+        left = key.charged
+        for at, tokens in key.charges:
+            left -= tokens
+            if left < tpm:
+                return at + WINDOW
+        return key.charges[-1][0] + WINDOW if key.charges else 0.0
+
+    @staticmethod
+    def _requests_view(key: _KeyState, rpm: int | None, now: float) -> WindowView | None:
+        if rpm is None:
+            return None
+        reset = key.requests[0] + WINDOW - now if key.requests else 0.0
+        return WindowView(rpm, max(0, rpm - len(key.requests)), len(key.requests), reset)
+
+    @staticmethod
+    def _tokens_view(key: _KeyState, tpm: int | None, now: float) -> WindowView | None:
+        if tpm is None:
+            return None
+        reset = key.charges[0][0] + WINDOW - now if key.charges else 0.0
+        return WindowView(tpm, max(0, tpm - key.charged), key.charged, reset)
+
+    def finish(self, tenant: str, rule: KeyRule, slot: str, tokens: int, now: float) -> None:
+        """A request ended: free its slots and charge its tokens (now)."""
+        self._fleet.pop(slot, None)
+        key = self._keys.get(tenant)
+        charge = tokens > 0 and rule.tokens_per_minute is not None
+        if key is None:
+            if not charge:
+                return
+            key = self._keys[tenant] = _KeyState(rule=rule)
+        key.slots.pop(slot, None)
+        if charge:
+            key.charges.append((now, tokens))
+            key.charged += tokens
+        self._expire(key, now)
+        if not key.requests and not key.charges and not key.slots:
+            del self._keys[tenant]  # nothing to remember: a key's state lives while it is used
+
+    def renew(self, held: Iterable[tuple[str, str]], now: float) -> None:
+        """Extend the leases of the slots ``(tenant, slot)`` this process still holds."""
+        until = now + self.lease
+        for tenant, slot in held:
+            key = self._keys.get(tenant)
+            if key is not None and slot in key.slots:
+                key.slots[slot] = until
+            if slot in self._fleet:
+                self._fleet[slot] = until
+
+    def use(self, now: float) -> list[KeyUse]:
+        """Every key's use now (the live view)."""
+        uses = []
+        for key in self._keys.values():
+            self._expire(key, now)
+            rule = key.rule
+            assert rule is not None
+            uses.append(
+                KeyUse(
+                    rule.label,
+                    len(key.requests),
+                    rule.requests_per_minute,
+                    key.charged,
+                    rule.tokens_per_minute,
+                    len(key.slots),
+                    rule.max_concurrent_streams,
+                )
+            )
+        return uses
+
+    @property
+    def fleet_streams(self) -> int:
+        return len(self._fleet)

@@ -1,0 +1,171 @@
+"""Both limiters behind one contract (memory, and Redis on a real redis-server), then
+what only Redis does: windows shared by two limiters, one round trip per decision, a
+lease that lapses when nobody renews it, and a Redis that is away."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import attrs
+import coredis
+import pytest
+import trio
+
+from proxai.config import LimitsConfig, StateBackend, StateConfig
+from proxai.policy.limits import KeyRule, Limit
+from proxai.state import StateUnavailable, open_store
+from proxai.state.limiter import Limiter, MemoryLimiter, limiter_for
+from proxai.state.redis_limits import RedisLimiter
+from proxai.testing.redis import open_redis
+
+from .conftest import needs_redis, redis_config
+from .test_redis import Monitor
+
+T = "a" * 64
+HANG = 30
+
+
+@attrs.define
+class Clock:
+    now: float = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=needs_redis)])
+async def limiter(request: pytest.FixtureRequest) -> AsyncIterator[Limiter]:
+    if request.param == "memory":
+        yield MemoryLimiter(lease=30.0, clock=Clock())
+        return
+    async with open_redis() as redis, open_store(redis_config(redis)) as store:
+        yield limiter_for(LimitsConfig(), redis_config(redis), store, clock=trio.current_time)
+
+
+async def test_requests_per_minute(limiter: Limiter) -> None:
+    rule = KeyRule("k", requests_per_minute=2)
+    first = await limiter.admit(T, rule, "r1", 0)
+    second = await limiter.admit(T, rule, "r2", 0)
+    third = await limiter.admit(T, rule, "r3", 0)
+    assert first.admitted and second.admitted
+    assert first.requests is not None and first.requests.remaining == 1
+    assert third.refused is Limit.REQUESTS
+    assert 59 < third.retry_after <= 60  # the window's oldest leaves in a minute
+    assert third.requests is not None and (third.requests.used, third.requests.remaining) == (2, 0)
+    assert (await limiter.admit("b" * 64, rule, "r4", 0)).admitted  # another key's window
+
+
+async def test_tokens_charged_at_the_end(limiter: Limiter) -> None:
+    rule = KeyRule("k", tokens_per_minute=150)
+    assert (await limiter.admit(T, rule, "r1", 0)).admitted
+    await limiter.finish(T, rule, "r1", 100)
+    second = await limiter.admit(T, rule, "r2", 0)
+    assert second.admitted and second.tokens is not None
+    assert (second.tokens.used, second.tokens.remaining) == (100, 50)
+    await limiter.finish(T, rule, "r2", 100)
+    third = await limiter.admit(T, rule, "r3", 0)
+    assert third.refused is Limit.TOKENS and 59 < third.retry_after <= 60
+    assert third.tokens is not None and (third.tokens.used, third.tokens.remaining) == (200, 0)
+
+
+async def test_slots_of_the_key_and_the_fleet(limiter: Limiter) -> None:
+    rule = KeyRule("k", max_concurrent_streams=1)
+    free = KeyRule("f")
+    assert (await limiter.admit(T, rule, "s1", 2)).admitted
+    assert (await limiter.admit(T, rule, "s2", 2)).refused is Limit.STREAMS
+    assert (await limiter.admit("b" * 64, free, "s3", 2)).admitted
+    fleet = await limiter.admit("c" * 64, free, "s4", 2)
+    assert fleet.refused is Limit.FLEET_STREAMS and fleet.retry_after == 1.0
+    await limiter.finish(T, rule, "s1", 0)
+    assert (await limiter.admit(T, rule, "s5", 2)).admitted
+    await limiter.renew([(T, "s5", rule), ("b" * 64, "s3", free)])
+
+
+@needs_redis
+async def test_two_limiters_on_one_redis_share_every_window() -> None:
+    rule = KeyRule("k", requests_per_minute=3, max_concurrent_streams=2)
+    async with (
+        open_redis() as redis,
+        open_store(redis_config(redis)) as one,
+        open_store(redis_config(redis)) as two,
+    ):
+        a, b = RedisLimiter(one, lease=30.0), RedisLimiter(two, lease=30.0)
+        results = [await (a, b)[i % 2].admit(T, rule, f"r{i}", 0) for i in range(4)]
+        assert [r.refused for r in results] == [None, None, Limit.STREAMS, Limit.STREAMS]
+        await a.finish(T, rule, "r0", 0)
+        third = await b.admit(T, rule, "r9", 0)
+        assert third.admitted and third.requests is not None and third.requests.remaining == 0
+        await b.finish(T, rule, "r9", 0)
+        assert (await a.admit(T, rule, "r10", 0)).refused is Limit.REQUESTS
+        assert a.use()[0].requests == 3
+
+
+@needs_redis
+async def test_admission_and_the_end_are_one_round_trip_each() -> None:
+    rule = KeyRule("k", requests_per_minute=5, tokens_per_minute=500, max_concurrent_streams=2)
+    async with open_redis() as redis, open_store(redis_config(redis)) as store:
+        limiter = RedisLimiter(store, lease=30.0)
+        await limiter.admit(T, rule, "warm", 3)  # loads the scripts: the first use only
+        await limiter.finish(T, rule, "warm", 10)
+        await limiter.renew([(T, "warm", rule)])
+        stream = await trio.open_tcp_stream("127.0.0.1", redis.port)
+        async with stream, coredis.Redis.from_url(redis.url) as client:
+            await client.ping()
+            await stream.send_all(b"MONITOR\r\n")
+            monitor = Monitor(stream, client)
+            assert await monitor._line() == b"+OK"
+            await limiter.admit(T, rule, "r1", 3)
+            assert await monitor.commands() == ["evalsha"]
+            await limiter.finish(T, rule, "r1", 42)
+            assert await monitor.commands() == ["evalsha"]
+            await limiter.renew([(T, "a", rule), (T, "b", rule)])
+            assert await monitor.commands() == ["evalsha"]
+
+
+@needs_redis
+async def test_a_slot_nobody_renews_lapses_with_its_lease() -> None:
+    rule = KeyRule("k", max_concurrent_streams=1)
+    async with open_redis() as redis, open_store(redis_config(redis)) as store:
+        limiter = RedisLimiter(store, lease=0.3)
+        assert (await limiter.admit(T, rule, "held", 0)).admitted
+        assert (await limiter.admit(T, rule, "other", 0)).refused is Limit.STREAMS
+        await trio.sleep(0.2)
+        await limiter.renew([(T, "held", rule)])  # alive: 0.3 s more
+        await trio.sleep(0.2)
+        assert (await limiter.admit(T, rule, "other", 0)).refused is Limit.STREAMS
+        await trio.sleep(0.35)  # its holder died (no renewal): free
+        assert (await limiter.admit(T, rule, "other", 0)).admitted
+
+
+@needs_redis
+async def test_a_redis_away_is_state_unavailable_within_the_timeout_and_then_back() -> None:
+    rule = KeyRule("k", requests_per_minute=5)
+    async with open_redis() as redis:
+        config = redis_config(redis, timeout=0.3)
+        async with open_store(config) as store:
+            limiter = RedisLimiter(store, lease=30.0)
+            assert (await limiter.admit(T, rule, "r1", 0)).admitted
+            redis.freeze()
+            started = trio.current_time()
+            with trio.fail_after(HANG), pytest.raises(StateUnavailable):
+                await limiter.admit(T, rule, "r2", 0)
+            assert trio.current_time() - started < 1.5
+            redis.thaw()
+            await redis.stop()
+            with trio.fail_after(HANG), pytest.raises(StateUnavailable):
+                await limiter.finish(T, rule, "r1", 0)
+            await redis.start()
+            with trio.fail_after(HANG):
+                while True:
+                    try:
+                        decision = await limiter.admit(T, rule, "r3", 0)
+                        break
+                    except StateUnavailable:
+                        await trio.sleep(0.05)
+            assert decision.admitted  # an empty Redis: a new window
+
+
+def test_the_memory_backend_is_per_process() -> None:
+    limiter = limiter_for(LimitsConfig(), StateConfig(), object(), clock=Clock())  # type: ignore[arg-type]
+    assert isinstance(limiter, MemoryLimiter) and not limiter.shared
+    assert StateConfig().backend is StateBackend.MEMORY
