@@ -461,7 +461,6 @@ class Config:
     live_view: LiveViewConfig = LiveViewConfig()
     state: StateConfig = StateConfig()
     compaction: CompactionConfig = CompactionConfig()
-
     limits: LimitsConfig = LimitsConfig()
 
     def upstream_named(self, name: str) -> UpstreamConfig | None:
