@@ -181,6 +181,9 @@ class Api:
     #: ``item_reference``, retrieve and delete): proxai keeps them for upstreams that
     #: keep none (:mod:`proxai.service.conversations`).
     stored: bool = False
+    #: Its generation requests' ``gen_ai.operation.name`` (OpenTelemetry's GenAI
+    #: conventions name Responses, Chat Completions and Messages alike).
+    genai_operation: str = "chat"
 
 
 @attrs.frozen
@@ -208,6 +211,9 @@ class UpstreamProtocol:
     keeps_state: bool = False
     #: It may serve the Responses WebSocket (its ``websocket = true`` says it does).
     websocket: bool = False
+    #: Its ``gen_ai.provider.name`` in traces and GenAI metrics: the provider whose API
+    #: it speaks (a vLLM behind ``openai_chat`` speaks OpenAI's).
+    genai_provider: str = "openai"
 
     def credential(self, key: str) -> tuple[bytes, bytes]:
         """The header carrying ``key`` to this upstream."""
@@ -304,6 +310,7 @@ UPSTREAM_PROTOCOLS: dict[UpstreamKind, UpstreamProtocol] = {
         'protocol = "anthropic_messages"',
         translate_to=WireApi.MESSAGES,
         marked_by=b"anthropic-version",
+        genai_provider="anthropic",
     ),
 }
 API_BY_WIRE = {api.wire: api for api in APIS}
