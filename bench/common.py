@@ -236,10 +236,13 @@ def proxai(
     cores: str = str(PROXY_CORE),
     protocol: str | None = None,
     argv_prefix: Sequence[str] = (),
+    extra: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
     """``proxai serve --config FILE`` in front of 127.0.0.1:upstream (``protocol``: the
     upstream's ``[upstream] protocol``; ``argv_prefix`` replaces the ``proxai`` script,
-    e.g. by a launcher that runs it under tracemalloc)."""
+    e.g. by a launcher that runs it under tracemalloc; ``extra``: more TOML lines, such
+    as a ``[telemetry]`` table). Without ``.venv/bin/proxai`` (a git worktree sharing
+    another checkout's venv), this checkout's ``python -m proxai`` runs."""
     lines = [
         "[server]",
         'host = "127.0.0.1"',
@@ -253,9 +256,12 @@ def proxai(
     if timeouts:
         lines.append("[timeouts]")
         lines += [f"{key} = {float(value)}" for key, value in timeouts.items()]
+    lines += extra
     config = wd / f"proxai-{port}.toml"
     config.write_text("\n".join(lines) + "\n")
-    head = list(argv_prefix) or [str(PROXAI)]
+    head = list(argv_prefix) or (
+        [str(PROXAI)] if PROXAI.exists() else [sys.executable, "-m", "proxai"]
+    )
     argv = [*head, "serve", "--config", str(config), "--log-level", "WARNING"]
     if workers is not None:
         argv += ["--workers", str(workers)]

@@ -224,7 +224,6 @@ def server_attributes(
     own: dict[str, AttributeValue | None] = {
         "proxai.request_id": outcome.request_id,
         "proxai.outcome": outcome.kind.value if outcome.kind else None,
-        "proxai.transport": outcome.transport,
         "proxai.socket_id": outcome.socket_id,
         "proxai.route": outcome.route,
         "proxai.upstream": outcome.upstream,
@@ -234,11 +233,8 @@ def server_attributes(
         "proxai.dropped": list(outcome.dropped) or None,
         "proxai.stalled_item": outcome.stalled_item,
         "proxai.time_to_first_byte": outcome.first_byte_s,
-        "proxai.time_to_first_event": outcome.first_event_s,
         "proxai.duration": outcome.total_s,
         "proxai.events": outcome.events,
-        "proxai.bytes_in": outcome.bytes_in,
-        "proxai.bytes_out": outcome.bytes_out,
         "proxai.stored_as": outcome.stored_as,
     }
     attributes.update({k: v for k, v in own.items() if v is not None})

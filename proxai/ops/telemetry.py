@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from functools import partial
 
 import attrs
 import httpx
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.propagate import get_global_textmap
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
@@ -47,7 +49,6 @@ from .genai import (
     INPUT_TOKENS,
     OUTPUT_TOKENS,
     REASONING_TOKENS,
-    TOKEN_BUCKETS,
     AttributeValue,
     RequestFacts,
     UpstreamFacts,
@@ -175,29 +176,37 @@ class _Instruments:
             description="Mean time between a stream's events after the first (one per stream).",
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
         )
-        self.usage = {
-            name: meter.create_counter(
+        #: Tokens by usage name, then by the metric attributes (as sorted items): summed
+        #: here and read by the SDK at each collection, so a request adds to a dict
+        #: instead of paying the SDK's per-measurement work once per token kind.
+        self.tokens: dict[str, dict[tuple[tuple[str, AttributeValue], ...], int]] = {}
+        for name in (
+            INPUT_TOKENS,
+            OUTPUT_TOKENS,
+            CACHE_READ_TOKENS,
+            CACHE_WRITE_TOKENS,
+            REASONING_TOKENS,
+        ):
+            totals = self.tokens[name] = {}
+            meter.create_observable_counter(
                 f"gen_ai.client.inference.usage.{name.removeprefix('gen_ai.usage.')}",
+                callbacks=[partial(_observe_totals, totals)],
                 unit="{token}",
                 description=f"Tokens the upstreams reported ({name}).",
             )
-            for name in (
-                INPUT_TOKENS,
-                OUTPUT_TOKENS,
-                CACHE_READ_TOKENS,
-                CACHE_WRITE_TOKENS,
-                REASONING_TOKENS,
-            )
-        }
-        self.operation_tokens = {
-            name: meter.create_histogram(
-                f"gen_ai.client.inference.operation.{name.removeprefix('gen_ai.usage.')}",
-                unit="{token}",
-                description=f"Tokens per inference operation ({name}).",
-                explicit_bucket_boundaries_advisory=TOKEN_BUCKETS,
-            )
-            for name in (INPUT_TOKENS, OUTPUT_TOKENS)
-        }
+
+    def add_tokens(self, counts: Mapping[str, int], labels: Mapping[str, AttributeValue]) -> None:
+        key = tuple(sorted({**labels, "gen_ai.token.modality": "unknown"}.items()))
+        for name, count in counts.items():
+            totals = self.tokens[name]
+            totals[key] = totals.get(key, 0) + count
+
+
+def _observe_totals(
+    totals: dict[tuple[tuple[str, AttributeValue], ...], int], options: CallbackOptions
+) -> Iterable[Observation]:
+    # list() copies in one step: the trio thread may add a key meanwhile.
+    return [Observation(count, dict(key)) for key, count in list(totals.items())]
 
 
 @attrs.define
@@ -351,12 +360,8 @@ class RequestTrace:
                 gap = (outcome.total_s - first) / (outcome.events - 1)
                 instruments.time_per_output_chunk.record(max(gap, 0.0), plain)
         tokens = usage_attributes(outcome.usage)
-        counted = {**plain, "gen_ai.token.modality": "unknown"}
-        for name, count in tokens.items():
-            instruments.usage[name].add(count, counted)
-            histogram = instruments.operation_tokens.get(name)
-            if histogram is not None:
-                histogram.record(count, plain)
+        if tokens:
+            instruments.add_tokens(tokens, plain)
 
 
 def _plain(
