@@ -214,7 +214,7 @@ def lanes(names: Sequence[str], upstream: int, *, held: bool = False) -> Iterato
                 pid = processes[-1].pid
             out.append(Lane(Target(name, port, pid), (), path, client, up, direct))
         for lane in out:
-            wait_port(lane.target.port)
+            wait_port(lane.target.port, timeout=60.0)  # a loaded machine starts them slowly
         time.sleep(0.3)  # hypercorn forks its worker after binding
         yield [attrs.evolve(lane, pids=tuple(lane.target.pids())) for lane in out]
 

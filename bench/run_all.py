@@ -10,7 +10,9 @@ Runs, each repeated ``--reps`` times with targets interleaved and medians report
 - the one-read figures (issue 7): ``throughput``, ``longstream``, ``scaling``, ``stall``
   and ``floor`` (its one-read throughput part);
 - ``websocket``: the Responses WebSocket (issue 22): CPU per event over a socket
-  against SSE, the second turn's time to first event, py-spy on both.
+  against SSE, the second turn's time to first event, py-spy on both;
+- ``telemetry``: CPU per stream and per event with ``[telemetry]`` on (sampling 1.0)
+  against off, pass-through and translating (issue 26).
 
 Raw results go to bench/results/*.json (one file per bench plus all.json), then
 docs/bench.md and docs/bench.png are regenerated from them. ``--only`` reruns some
@@ -30,7 +32,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import floor, longstream, perevent, pyspy, scaling, stall, throughput, websocket
+from bench import (
+    floor,
+    longstream,
+    perevent,
+    pyspy,
+    scaling,
+    stall,
+    telemetry,
+    throughput,
+    websocket,
+)
 from bench.common import RESULTS, ROOT, have_tools, loadavg, log, machine, pin_driver, save
 
 BENCHES = [
@@ -42,6 +54,7 @@ BENCHES = [
     "stall",
     "floor",
     "websocket",
+    "telemetry",
 ]
 
 
@@ -67,6 +80,7 @@ def plan(reps: int, quick: bool) -> dict[str, Callable[[], dict[str, Any]]]:
             "stall": lambda: stall.run(1, 5.0),
             "floor": lambda: {"throughput": floor.throughput(1, 1, [1, 16])},
             "websocket": websocket.quick,
+            "telemetry": lambda: telemetry.run(1, (4,)),
         }
     return {
         "perevent": lambda: perevent.run(reps),
@@ -78,6 +92,7 @@ def plan(reps: int, quick: bool) -> dict[str, Callable[[], dict[str, Any]]]:
         "stall": lambda: stall.run(reps, 75.0),
         "floor": lambda: {"throughput": floor.throughput(reps, 3, [1, 16, 64])},
         "websocket": lambda: websocket.run(max(reps, 5)),
+        "telemetry": lambda: telemetry.run(reps),
     }
 
 

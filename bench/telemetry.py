@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from bench.common import Row, log, median, pin_driver, save, stop
+from bench.common import Row, loadavg, log, median, pin_driver, save, stop
 from bench.perevent import LENGTHS, cell, event_upstream, lanes
 
 PAIRS = (("proxai", "proxai-otel"), ("proxai-translating", "proxai-otel-translating"))
@@ -111,8 +111,61 @@ def summary(raw: list[Row]) -> list[Row]:
     return out
 
 
+def trace_cost(endpoint: str, requests: int = 2000) -> Row:
+    """CPU per request of proxai's telemetry alone, in this process: a request's
+    ``RequestTrace`` (a SERVER and a CLIENT span, the metrics) from start to finish,
+    exported to ``endpoint``, the exporter threads' CPU included (process time, read
+    after the final flush). Steadier than the difference of two whole-proxai cells."""
+    import time
+
+    from proxai.config_file import load_config
+    from proxai.ops.genai import RequestFacts
+    from proxai.ops.telemetry import Telemetry
+    from proxai.outcome import AttemptRecord, Outcome, OutcomeKind
+
+    tables = {
+        "upstream": {"base_url": "http://127.0.0.1:9/v1"},
+        "telemetry": {"enabled": True, "endpoint": endpoint, "sampling_ratio": 1.0},
+    }
+    telemetry = Telemetry(load_config(None, overrides=tables), ["gpt-5.4"])
+    parent = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    headers = [(b"content-type", b"application/json"), (b"traceparent", parent)]
+    usage = {
+        "input_tokens": 120,
+        "output_tokens": 45,
+        "output_tokens_details": {"reasoning_tokens": 10},
+    }
+
+    def one() -> None:
+        outcome = Outcome("POST", "/v1/responses", request_id="req_0", model="gpt-5.4")
+        trace = telemetry.request(headers, outcome)
+        trace.facts = RequestFacts("POST", "chat")
+        attempt = AttemptRecord("default", 0.001)
+        trace.attempt_started(attempt, 0, headers)
+        attempt.status = 200
+        trace.attempt_done(attempt)
+        outcome.kind, outcome.status, outcome.streaming = OutcomeKind.COMPLETED, 200, True
+        outcome.first_byte_s, outcome.first_event_s, outcome.total_s = 0.2, 0.21, 0.5
+        outcome.events, outcome.usage = 88, usage
+        outcome.response_id, outcome.response_model = "resp_0", "gpt-5.4"
+        outcome.finish_reasons = ["completed"]
+        trace.finish(outcome)
+
+    for _ in range(200):  # warm up
+        one()
+    before = time.process_time()
+    for _ in range(requests):
+        one()
+    telemetry.shutdown()  # exports what is pending: its CPU counts
+    return {
+        "requests": requests,
+        "cpu_per_request_us": (time.process_time() - before) / requests * 1e6,
+    }
+
+
 def run(reps: int, concurrency: Sequence[int] = CONCURRENCY) -> dict[str, Any]:
     names = [name for pair in PAIRS for name in pair]
+    load_before = loadavg()
     process, upstream = event_upstream()
     raw: list[Row] = []
     try:
@@ -127,6 +180,8 @@ def run(reps: int, concurrency: Sequence[int] = CONCURRENCY) -> dict[str, Any]:
                         for lane in found[shift:] + found[:shift]:
                             for deltas in LENGTHS:
                                 raw.append(cell(lane, "paced", c, deltas, rep))
+        with sink() as endpoint:
+            alone = trace_cost(endpoint)
     finally:
         stop([process])
     rows = summary(raw)
@@ -134,6 +189,8 @@ def run(reps: int, concurrency: Sequence[int] = CONCURRENCY) -> dict[str, Any]:
     return {
         "raw": raw,
         "summary": rows,
+        "alone": alone,
+        "loadavg": [load_before, loadavg()],
         "checks": {
             "cells": len(raw),
             "bad": bad,
@@ -157,7 +214,7 @@ def main() -> int:
     save("telemetry", result)
     for row in result["summary"]:
         log({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()})
-    print(json.dumps(result["checks"]))
+    print(json.dumps(result["checks"]), json.dumps(result["alone"]), result["loadavg"])
     return 0
 
 
