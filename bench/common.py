@@ -240,8 +240,9 @@ def proxai(
 ) -> subprocess.Popen[bytes]:
     """``proxai serve --config FILE`` in front of 127.0.0.1:upstream (``protocol``: the
     upstream's ``[upstream] protocol``; ``argv_prefix`` replaces the ``proxai`` script,
-    e.g. by a launcher that runs it under tracemalloc; ``extra``: more lines of the
-    config file, e.g. a ``[state]`` table)."""
+    e.g. by a launcher that runs it under tracemalloc; ``extra``: more TOML lines, such
+    as a ``[telemetry]`` table). Without ``.venv/bin/proxai`` (a git worktree sharing
+    another checkout's venv), this checkout's ``python -m proxai`` runs."""
     lines = [
         "[server]",
         'host = "127.0.0.1"',
@@ -258,7 +259,9 @@ def proxai(
     lines += extra
     config = wd / f"proxai-{port}.toml"
     config.write_text("\n".join(lines) + "\n")
-    head = list(argv_prefix) or [str(PROXAI)]
+    head = list(argv_prefix) or (
+        [str(PROXAI)] if PROXAI.exists() else [sys.executable, "-m", "proxai"]
+    )
     argv = [*head, "serve", "--config", str(config), "--log-level", "WARNING"]
     if workers is not None:
         argv += ["--workers", str(workers)]

@@ -110,6 +110,11 @@ B_LAUNCHER = (
 TIMEOUTS = {"idle": 600.0, "first_byte": 600.0, "total": 3600.0}
 
 
+def telemetry_table(endpoint: str) -> list[str]:
+    """``[telemetry]`` on, every trace sampled, exporting to ``endpoint``."""
+    return ["[telemetry]", "enabled = true", f'endpoint = "{endpoint}"', "sampling_ratio = 1.0"]
+
+
 @attrs.frozen
 class Lane:
     """A target as the per-event bench drives it."""
@@ -174,6 +179,16 @@ def lanes(names: Sequence[str], upstream: int, *, held: bool = False) -> Iterato
                     proxai(wd, port, upstream, timeouts=TIMEOUTS, protocol="openai_chat")
                 )
                 up, direct = "chat", "direct-chat"
+            elif name.startswith(
+                "proxai-otel"
+            ):  # [telemetry] on, to $PROXAI_OTLP (bench/telemetry.py)
+                protocol = "openai_chat" if name.endswith("-translating") else None
+                extra = telemetry_table(os.environ["PROXAI_OTLP"])
+                processes.append(
+                    proxai(wd, port, upstream, timeouts=TIMEOUTS, protocol=protocol, extra=extra)
+                )
+                if protocol:
+                    up, direct = "chat", "direct-chat"
             elif name == "proxai-b-translating":  # the A/B's B, translating
                 launcher = [sys.executable, "-c", B_LAUNCHER, os.environ["PROXAI_B"]]
                 processes.append(
@@ -199,7 +214,7 @@ def lanes(names: Sequence[str], upstream: int, *, held: bool = False) -> Iterato
                 pid = processes[-1].pid
             out.append(Lane(Target(name, port, pid), (), path, client, up, direct))
         for lane in out:
-            wait_port(lane.target.port)
+            wait_port(lane.target.port, timeout=60.0)  # a loaded machine starts them slowly
         time.sleep(0.3)  # hypercorn forks its worker after binding
         yield [attrs.evolve(lane, pids=tuple(lane.target.pids())) for lane in out]
 

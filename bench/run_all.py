@@ -14,6 +14,8 @@ Runs, each repeated ``--reps`` times with targets interleaved and medians report
 - ``state``: conversation state (issue 23): CPU per event and per stream with
   ``store: false``, ``store: true`` (memory and Redis) and no state at all (``main``),
   a ``previous_response_id`` turn's time to first byte on both backends, py-spy.
+- ``telemetry``: CPU per stream and per event with ``[telemetry]`` on (sampling 1.0)
+  against off, pass-through and translating (issue 26).
 
 Raw results go to bench/results/*.json (one file per bench plus all.json), then
 docs/bench.md and docs/bench.png are regenerated from them. ``--only`` reruns some
@@ -34,7 +36,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import floor, longstream, perevent, pyspy, scaling, stall, state, throughput, websocket
+from bench import (
+    floor,
+    longstream,
+    perevent,
+    pyspy,
+    scaling,
+    stall,
+    state,
+    telemetry,
+    throughput,
+    websocket,
+)
 from bench.common import RESULTS, ROOT, have_tools, loadavg, log, machine, pin_driver, save
 
 BENCHES = [
@@ -47,6 +60,7 @@ BENCHES = [
     "floor",
     "websocket",
     "state",
+    "telemetry",
 ]
 
 
@@ -73,6 +87,7 @@ def plan(reps: int, quick: bool) -> dict[str, Callable[[], dict[str, Any]]]:
             "floor": lambda: {"throughput": floor.throughput(1, 1, [1, 16])},
             "websocket": websocket.quick,
             "state": state.quick,
+            "telemetry": lambda: telemetry.run(1, (4,)),
         }
     return {
         "perevent": lambda: perevent.run(reps),
@@ -85,6 +100,7 @@ def plan(reps: int, quick: bool) -> dict[str, Callable[[], dict[str, Any]]]:
         "floor": lambda: {"throughput": floor.throughput(reps, 3, [1, 16, 64])},
         "websocket": lambda: websocket.run(max(reps, 5)),
         "state": lambda: state.run(max(reps, 5)),
+        "telemetry": lambda: telemetry.run(reps),
     }
 
 

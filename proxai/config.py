@@ -31,6 +31,8 @@ __all__ = [
     "ServerConfig",
     "StateBackend",
     "StateConfig",
+    "TelemetryConfig",
+    "TelemetryProtocol",
     "TimeoutsConfig",
     "TranslationOptions",
     "UpstreamConfig",
@@ -444,6 +446,38 @@ class LimitsConfig:
         return bool(self.keys) or self.max_concurrent_streams > 0
 
 
+class TelemetryProtocol(enum.StrEnum):
+    """How spans and metrics go to the collector (``[telemetry] protocol``)."""
+
+    HTTP_PROTOBUF = "http/protobuf"  # OTLP over HTTP, protobuf bodies (port 4318)
+
+
+def _ratio(inst: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None and not 0 <= value <= 1:
+        raise InvalidValue(attribute, f"must be a number from 0 to 1, got {value!r}")
+
+
+@attrs.frozen
+class TelemetryConfig:
+    """OpenTelemetry traces and GenAI metrics over OTLP (off by default). A key left
+    unset is the SDK's: its ``OTEL_*`` environment variable, else the SDK's default."""
+
+    enabled: bool = False
+    #: The collector's base URL (``http://localhost:4318``): ``/v1/traces`` and
+    #: ``/v1/metrics`` are appended, as the SDK does to ``OTEL_EXPORTER_OTLP_ENDPOINT``.
+    endpoint: str | None = attrs.field(default=None, validator=_http_url)
+    protocol: TelemetryProtocol = TelemetryProtocol.HTTP_PROTOBUF
+    #: Sent with every export (a vendor's API key, say): never logged.
+    headers: dict[str, str] = attrs.field(factory=dict, repr=False)
+    #: ``service.name`` of the resource (else ``OTEL_SERVICE_NAME``, else "proxai").
+    service_name: str | None = None
+    #: The share of new traces kept, the client's sampled flag deciding for its own
+    #: (parent-based); unset: ``OTEL_TRACES_SAMPLER`` (default: every trace).
+    sampling_ratio: float | None = attrs.field(default=None, validator=_ratio)
+    #: Export the GenAI metrics too (over the same endpoint).
+    metrics: bool = True
+
+
 @attrs.frozen
 class Config:
     """The whole configuration, as loaded from TOML and command-line overrides."""
@@ -462,6 +496,7 @@ class Config:
     state: StateConfig = StateConfig()
     compaction: CompactionConfig = CompactionConfig()
     limits: LimitsConfig = LimitsConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
 
     def upstream_named(self, name: str) -> UpstreamConfig | None:
         if name == DEFAULT_NAME and self.upstream.base_url is not None:

@@ -30,6 +30,7 @@ from .config import (
     MaxTokensField,
     RouteConfig,
     StateBackend,
+    TelemetryProtocol,
     UpstreamConfig,
     UpstreamKind,
 )
@@ -60,7 +61,7 @@ def _enum_hook(kind: type[enum.StrEnum]) -> Callable[[Any, Any], Any]:
     return structure
 
 
-for _kind in (UpstreamKind, LogFormat, MaxTokensField, StateBackend):
+for _kind in (UpstreamKind, LogFormat, MaxTokensField, StateBackend, TelemetryProtocol):
     _converter.register_structure_hook(_kind, _enum_hook(_kind))
 _ARRAYS = frozenset({"routes"})  # arrays of tables: [[routes]]
 _TABLES = frozenset(a.name for a in attrs.fields(Config)) - _ARRAYS
@@ -183,6 +184,11 @@ def _check_observability(config: Config) -> list[str]:
             ipaddress.ip_network(network, strict=False)
         except ValueError:
             problems.append(f"live_view.allow[{i}]: not an IP network: {network!r}")
+    for name, value in config.telemetry.headers.items():
+        if not is_token(name):
+            problems.append(f"telemetry.headers: {name!r} is not a valid header name")
+        elif (why := value_problem(value)) is not None:
+            problems.append(f"telemetry.headers.{name}: the value {why}")
     return problems
 
 

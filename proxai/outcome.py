@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 __all__ = [
+    "CLIENT_ENDED",
     "CUT_SHORT",
     "ENDED_WELL",
     "MAX_LISTED",
@@ -139,6 +140,9 @@ ENDED_WELL = frozenset({OutcomeKind.COMPLETED, OutcomeKind.INCOMPLETE, OutcomeKi
 TRY_AGAIN = STREAM_DEADLINES | {OutcomeKind.SHUTDOWN}
 #: Ends by a deadline, the client's own (``client_write``) included: ``proxai_stalls``.
 STALLS = STREAM_DEADLINES | {OutcomeKind.STALLED_FIRST_BYTE, OutcomeKind.CLIENT_STALLED}
+#: Ends the client brought about (it hung up, or stopped reading): not proxai's failure,
+#: nor the upstream's.
+CLIENT_ENDED = frozenset({OutcomeKind.CLIENT_DISCONNECTED, OutcomeKind.CLIENT_STALLED})
 #: Failures before the response headers that another attempt may not meet.
 RETRYABLE_BEFORE_HEAD = frozenset(
     {
@@ -220,6 +224,12 @@ class Outcome:
     tools: list[str] = attrs.field(factory=list, converter=listed)
     stalled_item: str | None = None  # e.g. "function_call get_weather (call_weather_01)"
     usage: dict[str, Any] | None = None  # from response.completed
+    #: The upstream's id of its response and the model it names (its stream's first
+    #: word of each), and why it stopped (``stop``, ``max_tokens``, ``completed``...),
+    #: as :func:`listed` keeps them.
+    response_id: str | None = None
+    response_model: str | None = None
+    finish_reasons: list[str] = attrs.field(factory=list, converter=listed)
     #: The first :data:`MAX_LISTED` tool calls the response streamed...
     calls: list[CallSummary] = attrs.field(factory=list)
     calls_more: int = 0  # ... and how many more it streamed

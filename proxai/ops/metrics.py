@@ -23,16 +23,12 @@ from prometheus_client import (
 
 from ..config import MetricsConfig
 from ..outcome import STALLS, AttemptRecord, Outcome
+from .labels import MAX_MODELS, ModelLabels
 from .request_log import usage_tokens
 
 __all__ = ["CONTENT_TYPE_LATEST", "MULTIPROCESS_ENV", "Metrics"]
 
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
-#: Distinct model names kept as label values per process by default (``metrics.max_models``),
-#: besides the models routes name exactly and ``metrics.models``; the rest count as
-#: "other", so clients naming random models cannot grow the metrics without bound.
-MAX_MODELS = 100
-MAX_MODEL_LENGTH = 100
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 
@@ -41,15 +37,14 @@ class Metrics:
     """The metrics of one proxai process (one ProxaiApp).
 
     ``route_models`` (the models ``[[routes]]`` name exactly, and those
-    ``metrics.models`` names) always keep their label; ``max_models`` others may get one.
+    ``metrics.models`` names) always keep their label; ``max_models`` others may get one
+    (:class:`~proxai.ops.labels.ModelLabels`).
     """
 
     def __init__(self, route_models: Iterable[str] = (), max_models: int = MAX_MODELS) -> None:
         self.multiprocess = bool(os.environ.get(MULTIPROCESS_ENV))
         registry = self.registry = CollectorRegistry(auto_describe=True)
-        self._route_models = frozenset(route_models)
-        self._max_models = max_models
-        self._models: set[str] = set()  # the others given a label, at most max_models
+        self._model = ModelLabels(route_models, max_models)
         self.requests = Counter(
             "proxai_requests",
             "Requests by route, upstream, model, outcome and transport (http, or "
@@ -166,24 +161,6 @@ class Metrics:
     def from_config(cls, config: MetricsConfig, route_models: Iterable[str]) -> Metrics:
         """The metrics of a process whose routes name ``route_models`` exactly."""
         return cls([*route_models, *config.models], config.max_models)
-
-    def _model(self, outcome: Outcome) -> str:
-        """The model label: a model a route or ``metrics.models`` names is always its
-        own; another that an upstream served (a 2xx answer) gets one of the first
-        ``max_models`` slots;
-        refused, failed and odd names count as "other". No client can grow the metrics,
-        nor crowd out the models the configuration names (an accepting upstream can
-        serve any name, so serving alone proves nothing)."""
-        model = outcome.model
-        if model is None:
-            return ""
-        if model in self._route_models or model in self._models:
-            return model
-        served = outcome.status is not None and 200 <= outcome.status < 300
-        if served and len(model) <= MAX_MODEL_LENGTH and len(self._models) < self._max_models:
-            self._models.add(model)
-            return model
-        return "other"
 
     def observe(self, outcome: Outcome) -> None:
         upstream = outcome.upstream or ""

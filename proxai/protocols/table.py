@@ -186,6 +186,9 @@ class Api:
     #: that speaks the API compacts itself and gets them as sent; for one reached through
     #: a translation, proxai compacts (:mod:`proxai.protocols.responses.compaction`).
     compact_path: str | None = None
+    #: Its generation requests' ``gen_ai.operation.name`` (OpenTelemetry's GenAI
+    #: conventions name Responses, Chat Completions and Messages alike).
+    genai_operation: str = "chat"
 
 
 @attrs.frozen
@@ -213,6 +216,9 @@ class UpstreamProtocol:
     keeps_state: bool = False
     #: It may serve the Responses WebSocket (its ``websocket = true`` says it does).
     websocket: bool = False
+    #: Its ``gen_ai.provider.name`` in traces and GenAI metrics: the provider whose API
+    #: it speaks (a vLLM behind ``openai_chat`` speaks OpenAI's).
+    genai_provider: str = "openai"
 
     def credential(self, key: str) -> tuple[bytes, bytes]:
         """The header carrying ``key`` to this upstream."""
@@ -310,6 +316,7 @@ UPSTREAM_PROTOCOLS: dict[UpstreamKind, UpstreamProtocol] = {
         'protocol = "anthropic_messages"',
         translate_to=WireApi.MESSAGES,
         marked_by=b"anthropic-version",
+        genai_provider="anthropic",
     ),
 }
 API_BY_WIRE = {api.wire: api for api in APIS}

@@ -189,11 +189,29 @@ class TrackingObserver(StreamObserver):
         self.now = 0.0
         #: Usage as the upstream last reported it (its own JSON object).
         self.usage: dict[str, object] | None = None
+        #: The upstream's id of its response and the model it names (the first it gave),
+        #: and why it stopped: for the outcome record, never their content.
+        self.response_id: str | None = None
+        self.response_model: str | None = None
+        self.finish_reasons: list[str] = []
         #: This stream's reader, its API's (built last: it may look at the observer).
         self.reader = reader(self)
         self._read = self.reader.read
 
     # -- what readers report ---------------------------------------------------------------
+
+    def named(self, response_id: object, model: object) -> None:
+        """The response's id and model, as its stream first gives them (anything but a
+        string is ignored)."""
+        if self.response_id is None and isinstance(response_id, str):
+            self.response_id = cut_name(response_id)
+        if self.response_model is None and isinstance(model, str):
+            self.response_model = cut_name(model)
+
+    def stopped_because(self, reason: str) -> None:
+        """A generation's finish reason (one per choice; the first MAX_LISTED kept)."""
+        if len(self.finish_reasons) < MAX_LISTED:
+            self.finish_reasons.append(cut_name(reason))
 
     def open_item(self, item: TrackedItem) -> bool:
         """Track ``item``; ``False`` when it is one more than ``max_open_items`` (the
@@ -440,6 +458,9 @@ class TrackingObserver(StreamObserver):
     def fill(self, outcome: Outcome) -> None:
         outcome.stalled_item = self._stalled.label if self._stalled else None
         outcome.usage, usage_capped = cap_depth(self.usage, MAX_USAGE_DEPTH)
+        outcome.response_id = self.response_id
+        outcome.response_model = self.response_model
+        outcome.finish_reasons = self.finish_reasons
         outcome.calls = [item.summary() for item in self._calls]
         outcome.calls_more = self._calls_more
         outcome.aggregates_match = None if not self._comparisons else not self._mismatches

@@ -12,6 +12,7 @@ import math
 import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
+from typing import Protocol
 
 import trio
 
@@ -19,13 +20,27 @@ from ..errors import ProxyError
 from ..outcome import AttemptRecord, Outcome
 from ..policy.retry import retry_after_header
 from ..upstream.client import UpstreamReply
+from ..wire.headers import Headers
 from .ending import head_timeout
 from .exchange import Exchange, UpstreamTarget
 
-__all__ = ["AttemptHook", "open_upstream"]
+__all__ = ["AttemptHook", "AttemptTrace", "open_upstream"]
 
 #: Told of each attempt as soon as it is decided, with its index (metrics).
 AttemptHook = Callable[[AttemptRecord, int], None]
+
+
+class AttemptTrace(Protocol):
+    """A request's trace, as the attempts see it (:mod:`proxai.ops.telemetry`): each
+    attempt's span starts as it goes upstream, carrying its context in the headers."""
+
+    def attempt_started(self, attempt: AttemptRecord, index: int, headers: Headers) -> Headers:
+        """The headers this attempt sends (``headers`` with the trace's context)."""
+        ...
+
+    def attempt_done(self, attempt: AttemptRecord) -> None:
+        """The attempt was decided: its answer came, or how it failed is known."""
+        ...
 
 
 async def open_upstream(
@@ -36,6 +51,7 @@ async def open_upstream(
     started: float,
     total_deadline: float,
     on_attempt: AttemptHook | None = None,
+    trace: AttemptTrace | None = None,
 ) -> tuple[UpstreamTarget, UpstreamReply | ProxyError]:
     """Try the route's upstreams until one answers for good; the last one tried and
     its answer (a response, whatever its status, or the failure before any).
@@ -57,13 +73,18 @@ async def open_upstream(
         index = plan.record(attempt)
         outcome.upstream = name
         outcome.dropped = list(target.dropped)
+        headers = exchange.request.headers
+        if trace is not None:
+            headers = trace.attempt_started(attempt, index, headers)
         attempt_stack = await stack.enter_async_context(AsyncExitStack())
-        result = await _attempt(attempt_stack, exchange, target, total_deadline)
+        result = await _attempt(attempt_stack, exchange, target, total_deadline, headers)
         if isinstance(result, ProxyError):
             attempt.kind, attempt.detail = result.kind, result.message
         else:
             attempt.status = result.status
             attempt.retry_after = retry_after_header(result.headers, time.time())
+        if trace is not None:
+            trace.attempt_done(attempt)
         if on_attempt is not None:
             on_attempt(attempt, index)
         following = plan.next_attempt(attempt)
@@ -81,6 +102,7 @@ async def _attempt(
     exchange: Exchange,
     target: UpstreamTarget,
     total_deadline: float,
+    headers: Headers,
 ) -> UpstreamReply | ProxyError:
     """One attempt: the upstream's response (on ``attempt_stack``), or how it failed
     before one, within ``first_byte`` (or ``total``)."""
@@ -95,7 +117,7 @@ async def _attempt(
                     request.method,
                     target.raw_path if target.raw_path is not None else request.raw_path,
                     target.query if target.query is not None else request.query,
-                    request.headers,
+                    headers,
                     target.body,
                 )
             )

@@ -47,7 +47,7 @@ from ..protocols.tracking import AFTER_TERMINAL_GRACE
 from ..upstream.client import UpstreamReply
 from ..wire.sse import SSEFrame
 from . import ending
-from .attempts import AttemptHook, open_upstream
+from .attempts import AttemptHook, AttemptTrace, open_upstream
 from .clock import UpstreamClock
 from .exchange import Exchange, Tap, UpstreamTarget
 from .forwarding import Forwarding, PassThrough, Translated
@@ -108,8 +108,10 @@ class Relay:
         *,
         tap: Tap | None = None,
         on_attempt: AttemptHook | None = None,
+        trace: AttemptTrace | None = None,
     ) -> None:
         self._exchange = exchange
+        self._trace = trace
         self._downstream = downstream
         self._tap = tap
         self._on_attempt = on_attempt
@@ -141,6 +143,8 @@ class Relay:
         self._forwarding: Forwarding = PassThrough()
         #: The client accepted nothing for too long: the writer holds the rest until it reads.
         self._client_stalled = False
+        #: The observer has filled the outcome record (it does once).
+        self._filled = False
 
     def _elapsed(self) -> float:
         return trio.current_time() - self._started
@@ -158,8 +162,17 @@ class Relay:
             nursery.start_soon(self._read_upstream, up_send)
             nursery.start_soon(self._observe, up_recv, out_send)
             nursery.start_soon(self._writer.run, out_recv, nursery.cancel_scope)
+        # A client that hung up cancelled the observer task before it filled the record:
+        # what the stream said until then (its response id, usage, calls) still counts.
+        self._fill()
         self.outcome.total_s = self._elapsed()
         return self.outcome
+
+    def _fill(self) -> None:
+        """Have the observer fill the outcome record, once."""
+        if not self._filled:
+            self._filled = True
+            self._observer.fill(self.outcome)
 
     def snapshot(self) -> StreamSnapshot:
         """The live view's picture of this request now."""
@@ -224,6 +237,7 @@ class Relay:
                     started=self._started,
                     total_deadline=self._total_deadline,
                     on_attempt=self._on_attempt,
+                    trace=self._trace,
                 )
                 if isinstance(opened, ProxyError):
                     await send(channel, opened)
@@ -318,7 +332,7 @@ class Relay:
             )
             # The closing as decided, in the client's API (a translator's, not the upstream's).
             after_stall = None if held is None else held + end.closing
-            self._observer.fill(self.outcome)
+            self._fill()
             self.outcome.kind = end.kind
             self.outcome.detail = end.detail
             if end.error is not None:

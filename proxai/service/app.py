@@ -13,16 +13,18 @@ message shapes are known here and in :mod:`proxai.service.asgi_io` only.
 
 from __future__ import annotations
 
+import logging
 import math
 import secrets
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from ..config import Config
 from ..errors import ProxyError
 from ..ops.capture import Capture, CaptureHook, Captures
+from ..ops.genai import RequestFacts
 from ..ops.masking import SecretMask
 from ..ops.metrics import Metrics
 from ..ops.request_log import RequestLog
@@ -53,11 +55,18 @@ from .plan import Incoming, Plan, Planner, Prepared, read_head
 from .socket_endpoint import SocketEndpoint
 from .storing import StoringDownstream
 
+if TYPE_CHECKING:  # imported only when [telemetry] is enabled (see startup)
+    from ..ops.telemetry import RequestTrace, Telemetry
+
 __all__ = ["OutcomeHook", "ProxaiApp", "UpstreamFactory"]
 
 OutcomeHook = Callable[[Outcome], None]
 #: Builds the client of one upstream: ``factory(upstream, timeouts, name=name)``.
 UpstreamFactory = Callable[..., UpstreamClient]
+
+log = logging.getLogger("proxai")
+#: How long shutdown waits for the telemetry exporters to send what is pending.
+TELEMETRY_FLUSH_SECONDS = 5.0
 
 
 class ProxaiApp:
@@ -94,6 +103,8 @@ class ProxaiApp:
         #: The idle-connection sweep's scope: it ends before the pools close.
         self._sweeping = trio.CancelScope()
         self._holding_store = trio.CancelScope()
+        #: OpenTelemetry (``[telemetry]``), from startup to shutdown; ``None`` when off.
+        self._telemetry: Telemetry | None = None
         self._gate = Gate(
             config.server, lambda: self._relays, RetryBudget.from_config(config.retries)
         )
@@ -160,10 +171,22 @@ class ProxaiApp:
             name: self._upstream_factory(upstream, self.config.timeouts_for(name), name=name)
             for name, upstream in self.config.all_upstreams()
         }
+        if self.config.telemetry.enabled and self._telemetry is None:
+            # Imported here, so that with telemetry off no opentelemetry module is loaded.
+            from ..ops.telemetry import Telemetry
+
+            self._telemetry = Telemetry(self.config, self._planner.router.exact_models)
+            endpoint = self.config.telemetry.endpoint or "the OTEL_EXPORTER_OTLP_* endpoint"
+            log.info("telemetry: exporting traces and GenAI metrics to %s", endpoint)
 
     async def shutdown(self) -> None:
-        """Close the upstream connection pools (lifespan shutdown)."""
+        """Close the upstream connection pools, flush the telemetry (lifespan shutdown)."""
         self._sweeping.cancel()
+        telemetry, self._telemetry = self._telemetry, None
+        if telemetry is not None:
+            # The exporters' flush blocks on their HTTP requests: in a thread, bounded.
+            with trio.move_on_after(TELEMETRY_FLUSH_SECONDS):
+                await trio.to_thread.run_sync(telemetry.shutdown, abandon_on_cancel=True)
         if self._clients:
             self._stopped = True
         clients, self._clients = self._clients, {}
@@ -288,6 +311,7 @@ class ProxaiApp:
             return
         incoming = self._incoming(scope)
         outcome = Outcome(method, path, request_id=incoming.request_id)
+        trace = self.trace(incoming, outcome)
         admitted = False
         admission: Admission | None = None
         capture: Capture | None = None
@@ -304,7 +328,7 @@ class ProxaiApp:
                 self._metrics.in_flight.inc()
             if capture is not None:
                 capture.request_head(method, incoming.raw_path, incoming.query, incoming.headers)
-            await self._proxy(incoming, downstream, receive, outcome, capture)
+            await self._proxy(incoming, downstream, receive, outcome, capture, trace)
         except ProxyError as exc:
             body = await send_error(downstream, exc, incoming.sdk.error_shape, incoming.id_header)
             if capture is not None:
@@ -324,7 +348,7 @@ class ProxaiApp:
             if admission is not None:
                 await self._limits.finish(admission, outcome)
             # Every request leaves a record, even one a bug or a shutdown cut short.
-            self._report(outcome)
+            self._report(outcome, trace=trace)
             if capture is not None and self._captures is not None:
                 with trio.move_on_after(5, shield=True):
                     await self._captures.save(capture, outcome)
@@ -393,8 +417,16 @@ class ProxaiApp:
         if opened:
             self._metrics.websockets_open.inc(opened)
 
-    def report(self, outcome: Outcome, *, counted: bool = True) -> None:
-        self._report(outcome, counted=counted)
+    def report(
+        self, outcome: Outcome, *, counted: bool = True, trace: RequestTrace | None = None
+    ) -> None:
+        self._report(outcome, counted=counted, trace=trace)
+
+    def trace(self, incoming: Incoming, outcome: Outcome) -> RequestTrace | None:
+        """The request's trace (its SERVER span starts now), when telemetry is on."""
+        if self._telemetry is None:
+            return None
+        return self._telemetry.request(incoming.headers, outcome)
 
     def _verdict(self, scope: dict[str, Any]) -> Verdict:
         """The method, Host and Origin checks (:mod:`proxai.policy.browser`)."""
@@ -443,6 +475,7 @@ class ProxaiApp:
         receive: ASGIReceive,
         outcome: Outcome,
         capture: Capture | None,
+        trace: RequestTrace | None,
     ) -> None:
         """Read and route one admitted request, then relay it; raises ProxyError."""
         server = self.config.server
@@ -455,7 +488,7 @@ class ProxaiApp:
         body = decode_request_body(incoming.headers, body, limit=server.max_request_body_bytes)
         if capture is not None:
             capture.request.add(body)
-        await self.relay_request(incoming, body, downstream, outcome, capture)
+        await self.relay_request(incoming, body, downstream, outcome, capture, trace=trace)
 
     def upstream_socket(self, name: str) -> UpstreamSocket:
         """A new upstream WebSocket to ``name`` (a ``websocket = true`` upstream), for
@@ -478,6 +511,8 @@ class ProxaiApp:
         outcome: Outcome,
         capture: Capture | None,
         clients: Mapping[str, Upstream] | None = None,
+        *,
+        trace: RequestTrace | None = None,
     ) -> None:
         """Plan a request whose body is in and relay it (raises ProxyError); a socket's
         turn comes here too, with its own ``clients`` for the upstreams it holds a
@@ -485,14 +520,16 @@ class ProxaiApp:
         outcome.bytes_request = len(body)
         if await self._answer_stored(incoming, downstream, outcome):
             return
-        planned = await self._exchange(incoming, body, downstream, outcome, clients)
+        planned = await self._exchange(incoming, body, downstream, outcome, clients, trace)
         if planned is None:
             return
         exchange, state = planned
         if state is not None and state.stored is not None:
             downstream = self._storing(incoming, state, downstream, outcome)
         on_attempt = self._metrics.attempt if self._metrics is not None else None
-        relay = Relay(exchange, downstream, outcome, tap=capture, on_attempt=on_attempt)
+        relay = Relay(
+            exchange, downstream, outcome, tap=capture, on_attempt=on_attempt, trace=trace
+        )
         self._relays.add(relay)
         try:
             await relay.run()
@@ -506,6 +543,7 @@ class ProxaiApp:
         downstream: Downstream,
         outcome: Outcome,
         clients: Mapping[str, Upstream] | None = None,
+        trace: RequestTrace | None = None,
     ) -> tuple[Exchange, StatePlan | None] | None:
         """Plan the request and make its :class:`Exchange` (``None``: proxai answered it
         itself). The parsed body dies here: a long stream keeps only the bytes each
@@ -513,6 +551,10 @@ class ProxaiApp:
         prepared = self._planner.prepare(incoming, body)
         if prepared.tools is not None:
             outcome.model, outcome.tools = prepared.model, prepared.tools
+        if trace is not None:
+            trace.facts = RequestFacts.of_body(
+                outcome.method, self._operation(incoming), prepared.data
+            )
         state = await self._state_plan(incoming, body, prepared)
         if state is not None and state.body is not body:
             body = state.body
@@ -666,11 +708,22 @@ class ProxaiApp:
             response_headers=incoming.id_header,
         )
 
-    def _report(self, outcome: Outcome, *, counted: bool = True) -> None:
+    def _operation(self, incoming: Incoming) -> str | None:
+        """The request's ``gen_ai.operation.name``: its API's, for a generation request."""
+        api = incoming.api
+        if api is None or incoming.method != "POST" or incoming.route_path != api.path.template:
+            return None
+        return api.genai_operation
+
+    def _report(
+        self, outcome: Outcome, *, counted: bool = True, trace: RequestTrace | None = None
+    ) -> None:
         # Counted before logged: whoever reads the log line finds the request in /metrics.
         if self._metrics is not None and counted:
             self._metrics.observe(outcome)
         self._request_log(outcome)
+        if trace is not None:
+            trace.finish(outcome)
         if self._on_outcome is not None:
             self._on_outcome(outcome)
 

@@ -216,6 +216,7 @@ class SocketEndpoint:
             transport="websocket",
             socket_id=state.socket_id,
         )
+        trace = app.trace(incoming, outcome)
         state.responses += 1
         record = ResponseRecord(app.config.server.websocket_max_state_bytes)
         downstream = TurnDownstream(
@@ -239,7 +240,9 @@ class SocketEndpoint:
                     for name in route.upstreams
                     if self._upstream(name).websocket
                 }
-                await app.relay_request(incoming, body, downstream, outcome, None, clients)
+                await app.relay_request(
+                    incoming, body, downstream, outcome, None, clients, trace=trace
+                )
                 return outcome.kind is not OutcomeKind.CLIENT_STALLED
             keeps_state = UPSTREAM_PROTOCOLS[first.protocol].keeps_state
             # proxai's stored responses hold only what upstreams that keep none answered.
@@ -250,7 +253,7 @@ class SocketEndpoint:
             if turn.warm_up:
                 await self._warm_up(state, frame, record, outcome)
             else:
-                await app.relay_request(incoming, turn.body, downstream, outcome, None)
+                await app.relay_request(incoming, turn.body, downstream, outcome, None, trace=trace)
             state.conversation.keep(turn, record)
         except ProxyError as exc:
             headers = (*exc.headers, *incoming.id_header)
@@ -262,7 +265,7 @@ class SocketEndpoint:
         finally:
             if admitted:
                 await app.leave_turn(admission, outcome)
-            app.report(outcome)
+            app.report(outcome, trace=trace)
         return outcome.kind is not OutcomeKind.CLIENT_STALLED
 
     async def _warm_up(

@@ -89,6 +89,8 @@ class ChatReader:
     def read_chunk(self, chunk: dict[str, Any]) -> None:
         """A chunk's usage and choices (a decoder's whole body is read as one chunk)."""
         tracker = self._tracker
+        if tracker.response_id is None:
+            tracker.named(chunk.get("id"), chunk.get("model"))
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             tracker.usage = usage
@@ -122,6 +124,7 @@ class ChatReader:
                 self._call_fragment((index, "function_call"), {}, function_call)
         finish_reason = choice.get("finish_reason")
         if isinstance(finish_reason, str):
+            self._tracker.stopped_because(finish_reason)
             if finish_reason not in _INCOMPLETE_REASONS:
                 self._incomplete.discard(index)
             elif index in self._incomplete or self._tracker.keep(ITEM_BYTES):

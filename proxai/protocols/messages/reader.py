@@ -84,10 +84,12 @@ class MessagesReader:
             delta = payload.get("delta")
             if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
                 self._stop_reason = delta["stop_reason"]
+                tracker.stopped_because(self._stop_reason)
             self._merge_usage(payload.get("usage"))
         elif kind == "message_start":
             message = payload.get("message")
             if isinstance(message, dict):
+                tracker.named(message.get("id"), message.get("model"))
                 self._merge_usage(message.get("usage"))
         elif kind == "message_stop":
             incomplete = self._stop_reason in _INCOMPLETE_REASONS

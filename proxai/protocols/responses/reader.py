@@ -200,10 +200,12 @@ class ResponsesReader:
                         event.text,
                     )
             case LifecycleEvent():
-                self._snapshot = event.response
+                self._snapshot = response = event.response
+                tracker.named(response.get("id"), response.get("model"))
                 kind = _TERMINAL_KINDS.get(event.type)
                 if kind is not None:
                     tracker.finish(kind)
+                    tracker.stopped_because(_finish_reason(response, event.type))
                     usage = event.response.get("usage")
                     tracker.usage = usage if isinstance(usage, dict) else None
                     self._check_final_output(event.response.get("output"))
@@ -341,3 +343,13 @@ class ResponsesReader:
             model=self._model,
             code=ending_code(kind),
         )
+
+
+def _finish_reason(response: dict[str, Any], event_type: str) -> str:
+    """Why a response ended: its ``incomplete_details.reason`` (``max_output_tokens``),
+    else its status (``completed``, ``failed``), else its terminal event's name."""
+    details = response.get("incomplete_details")
+    if isinstance(details, dict) and isinstance(details.get("reason"), str):
+        return str(details["reason"])
+    status = response.get("status")
+    return status if isinstance(status, str) else event_type.removeprefix("response.")

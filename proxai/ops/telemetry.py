@@ -1,0 +1,370 @@
+"""OpenTelemetry: a SERVER span per request, a CLIENT span per upstream attempt, and the
+GenAI metrics, exported over OTLP/HTTP (``[telemetry]``, off by default).
+
+Only the app imports this module, and only when ``[telemetry] enabled``: with it off
+no ``opentelemetry`` module is loaded and no thread is started. Nothing here runs per
+event: the relay counts events, and a request's spans get their attributes, events
+and metrics once, when its outcome is reported (:meth:`RequestTrace.finish`), from
+:mod:`proxai.ops.genai`'s pure mapping. The SDK's batch processor and periodic
+metric reader export from threads of their own; the trio side only ends spans and
+records values (no I/O), and :meth:`Telemetry.shutdown` (which flushes, blocking) is
+run in a worker thread.
+
+Spans are not made current (no context is attached): trio's tasks share a request,
+so each span's parent is passed explicitly: the client's ``traceparent`` for the
+SERVER span, the SERVER span for each attempt's CLIENT span, whose context goes
+upstream in the attempt's ``traceparent`` / ``tracestate`` (the client's own are
+replaced, as the propagators of ``OTEL_PROPAGATORS`` write them).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from functools import partial
+
+import attrs
+import httpx
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.propagate import get_global_textmap
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import ParentBased, Sampler, TraceIdRatioBased
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from ..config import Config, TelemetryConfig
+from ..outcome import CLIENT_ENDED, AttemptRecord, Outcome
+from ..protocols.table import UPSTREAM_PROTOCOLS
+from ..wire.headers import Headers
+from .genai import (
+    CACHE_READ_TOKENS,
+    CACHE_WRITE_TOKENS,
+    DURATION_BUCKETS,
+    INPUT_TOKENS,
+    OUTPUT_TOKENS,
+    REASONING_TOKENS,
+    AttributeValue,
+    RequestFacts,
+    UpstreamFacts,
+    attempt_attributes,
+    attempt_error_type,
+    error_type,
+    is_server_fault,
+    server_attributes,
+    span_name,
+    stall_attributes,
+    usage_attributes,
+)
+from .labels import ModelLabels
+
+__all__ = ["DEFAULT_SERVICE_NAME", "RequestTrace", "Telemetry", "signal_url"]
+
+DEFAULT_SERVICE_NAME = "proxai"
+_SCOPE = "proxai"
+
+
+def signal_url(endpoint: str | None, signal: str) -> str | None:
+    """The URL one signal goes to: ``{endpoint}/v1/{signal}``, as the SDK builds it from
+    ``OTEL_EXPORTER_OTLP_ENDPOINT``; ``None`` leaves it to the SDK's variables."""
+    if endpoint is None:
+        return None
+    return f"{endpoint.rstrip('/')}/v1/{signal}"
+
+
+def _resource(config: TelemetryConfig) -> Resource:
+    """``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME`` as the SDK reads them; the
+    configured service name over both, and "proxai" where neither names one."""
+    resource = Resource.create()
+    named = str(resource.attributes.get(SERVICE_NAME, ""))
+    if config.service_name is not None:
+        named = config.service_name
+    elif not named or named.startswith("unknown_service"):
+        named = DEFAULT_SERVICE_NAME
+    return resource.merge(Resource({SERVICE_NAME: named}))
+
+
+def _upstream_facts(config: Config) -> dict[str, UpstreamFacts]:
+    facts = {}
+    for name, upstream in config.all_upstreams():
+        url = httpx.URL(upstream.base_url or "")
+        facts[name] = UpstreamFacts(
+            UPSTREAM_PROTOCOLS[upstream.protocol].genai_provider, url.host or None, url.port
+        )
+        if url.port is None and url.scheme in ("http", "https"):
+            facts[name] = attrs.evolve(facts[name], port=443 if url.scheme == "https" else 80)
+    return facts
+
+
+class Telemetry:
+    """The process's tracer and meter providers and their OTLP exporters, from
+    lifespan startup to :meth:`shutdown`."""
+
+    def __init__(self, config: Config, route_models: Iterable[str] = ()) -> None:
+        settings = config.telemetry
+        resource = _resource(settings)
+        sampler: Sampler | None = None  # the SDK's, from OTEL_TRACES_SAMPLER
+        if settings.sampling_ratio is not None:
+            sampler = ParentBased(TraceIdRatioBased(settings.sampling_ratio))
+        headers = dict(settings.headers) or None  # None: OTEL_EXPORTER_OTLP_*HEADERS
+        self._tracer_provider = TracerProvider(
+            sampler=sampler, resource=resource, shutdown_on_exit=False
+        )
+        exporter = OTLPSpanExporter(
+            endpoint=signal_url(settings.endpoint, "traces"), headers=headers
+        )
+        self._tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
+        self.tracer = self._tracer_provider.get_tracer(_SCOPE)
+        self.propagator = get_global_textmap()
+        #: The headers the propagators write: a client's are not forwarded as they are.
+        self.fields = frozenset(name.lower().encode("latin-1") for name in self.propagator.fields)
+        self.upstreams = _upstream_facts(config)
+        self._meter_provider: MeterProvider | None = None
+        self.instruments: _Instruments | None = None
+        if settings.metrics:
+            reader = PeriodicExportingMetricReader(
+                OTLPMetricExporter(
+                    endpoint=signal_url(settings.endpoint, "metrics"), headers=headers
+                )
+            )
+            self._meter_provider = MeterProvider(
+                metric_readers=[reader], resource=resource, shutdown_on_exit=False
+            )
+            self.instruments = _Instruments(self._meter_provider)
+        #: The model label of the metrics, bounded as Prometheus' is (``[metrics]``).
+        self.model_label = ModelLabels(
+            [*route_models, *config.metrics.models], config.metrics.max_models
+        )
+
+    def request(self, headers: Headers, outcome: Outcome) -> RequestTrace:
+        """A request's trace: its SERVER span starts now, the client's context its parent."""
+        return RequestTrace(self, headers, outcome)
+
+    def shutdown(self) -> None:
+        """Export what is pending and stop the exporters' threads (blocking: run it in a
+        worker thread)."""
+        self._tracer_provider.shutdown()
+        if self._meter_provider is not None:
+            self._meter_provider.shutdown()
+
+
+class _Instruments:
+    """The GenAI client inference metrics (``gen_ai.client.inference.*``)."""
+
+    def __init__(self, provider: MeterProvider) -> None:
+        meter = provider.get_meter(_SCOPE)
+        self.duration = meter.create_histogram(
+            "gen_ai.client.inference.duration",
+            unit="s",
+            description="GenAI client inference operation duration (one per upstream attempt).",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        )
+        self.time_to_first_chunk = meter.create_histogram(
+            "gen_ai.client.inference.time_to_first_chunk",
+            unit="s",
+            description="Time from the attempt's request to the first event of its stream.",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        )
+        self.time_per_output_chunk = meter.create_histogram(
+            "gen_ai.client.inference.time_per_output_chunk",
+            unit="s",
+            description="Mean time between a stream's events after the first (one per stream).",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        )
+        #: Tokens by usage name, then by the metric attributes (as sorted items): summed
+        #: here and read by the SDK at each collection, so a request adds to a dict
+        #: instead of paying the SDK's per-measurement work once per token kind.
+        self.tokens: dict[str, dict[tuple[tuple[str, AttributeValue], ...], int]] = {}
+        for name in (
+            INPUT_TOKENS,
+            OUTPUT_TOKENS,
+            CACHE_READ_TOKENS,
+            CACHE_WRITE_TOKENS,
+            REASONING_TOKENS,
+        ):
+            totals = self.tokens[name] = {}
+            meter.create_observable_counter(
+                f"gen_ai.client.inference.usage.{name.removeprefix('gen_ai.usage.')}",
+                callbacks=[partial(_observe_totals, totals)],
+                unit="{token}",
+                description=f"Tokens the upstreams reported ({name}).",
+            )
+
+    def add_tokens(self, counts: Mapping[str, int], labels: Mapping[str, AttributeValue]) -> None:
+        key = tuple(sorted({**labels, "gen_ai.token.modality": "unknown"}.items()))
+        for name, count in counts.items():
+            totals = self.tokens[name]
+            totals[key] = totals.get(key, 0) + count
+
+
+def _observe_totals(
+    totals: dict[tuple[tuple[str, AttributeValue], ...], int], options: CallbackOptions
+) -> Iterable[Observation]:
+    # list() copies in one step: the trio thread may add a key meanwhile.
+    return [Observation(count, dict(key)) for key, count in list(totals.items())]
+
+
+@attrs.define
+class _Attempt:
+    span: Span
+    record: AttemptRecord
+    index: int
+    started_ns: int
+    ended_ns: int | None = None
+
+
+def _ns(seconds: float) -> int:
+    return int(seconds * 1e9)
+
+
+class RequestTrace:
+    """The spans of one request (its SERVER span, a CLIENT span per attempt), ended
+    with the request's outcome in :meth:`finish`."""
+
+    def __init__(self, telemetry: Telemetry, headers: Headers, outcome: Outcome) -> None:
+        self._telemetry = telemetry
+        self._outcome = outcome
+        fields = telemetry.fields
+        carrier = {n.decode("latin-1"): v.decode("latin-1") for n, v in headers if n in fields}
+        parent = telemetry.propagator.extract(carrier) if carrier else None
+        self._started_ns = time.time_ns()
+        self.span = telemetry.tracer.start_span(
+            outcome.method, context=parent, kind=SpanKind.SERVER, start_time=self._started_ns
+        )
+        self._context = trace.set_span_in_context(self.span)
+        #: What the request's body says (set once it is read and parsed).
+        self.facts = RequestFacts(outcome.method)
+        self._attempts: list[_Attempt] = []
+        #: The relay's start, the zero of the outcome's times (known at the first attempt).
+        self._relay_ns: int | None = None
+        self._finished = False
+
+    def attempt_started(self, attempt: AttemptRecord, index: int, headers: Headers) -> Headers:
+        """An attempt goes upstream now: its CLIENT span starts, and ``headers`` are what
+        it sends, with its span's context instead of the client's."""
+        now = time.time_ns()
+        if self._relay_ns is None:
+            self._relay_ns = now - _ns(attempt.started_s)
+        span = self._telemetry.tracer.start_span(
+            span_name(self.facts, self._outcome.model),
+            context=self._context,
+            kind=SpanKind.CLIENT,
+            start_time=now,
+        )
+        self._attempts.append(_Attempt(span, attempt, index, now))
+        carrier: dict[str, str] = {}
+        self._telemetry.propagator.inject(carrier, context=trace.set_span_in_context(span))
+        fields = self._telemetry.fields
+        sent = [(n, v) for n, v in headers if n not in fields]
+        sent += [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in carrier.items()]
+        return sent
+
+    def attempt_done(self, attempt: AttemptRecord) -> None:
+        """An attempt was decided (its answer, or how it failed): a retried one ends here."""
+        for entry in reversed(self._attempts):
+            if entry.record is attempt:
+                entry.ended_ns = time.time_ns()
+                return
+
+    def finish(self, outcome: Outcome) -> None:
+        """End every span with the outcome's attributes, and record the metrics (once)."""
+        if self._finished:
+            return
+        self._finished = True
+        now = time.time_ns()
+        facts = self._telemetry.upstreams
+        upstream = facts.get(outcome.upstream) if outcome.upstream else None
+        last = len(self._attempts) - 1
+        for position, entry in enumerate(self._attempts):
+            answered = position == last
+            end = now if answered or entry.ended_ns is None else entry.ended_ns
+            attempt_upstream = facts.get(entry.record.upstream) or UpstreamFacts(
+                "openai", None, None
+            )
+            span = entry.span
+            if span.is_recording():
+                attributes = attempt_attributes(
+                    self.facts,
+                    outcome,
+                    entry.record,
+                    entry.index,
+                    attempt_upstream,
+                    answered=answered,
+                )
+                span.set_attributes(attributes)
+                if answered:
+                    self._add_events(span, outcome, now)
+                if "error.type" in attributes and not (answered and outcome.kind in CLIENT_ENDED):
+                    span.set_status(Status(StatusCode.ERROR))
+            span.end(end_time=end)
+            self._record_metrics(outcome, entry, attempt_upstream, end, answered=answered)
+        span = self.span
+        if span.is_recording():
+            span.update_name(span_name(self.facts, outcome.model))
+            span.set_attributes(server_attributes(self.facts, outcome, upstream))
+            self._add_events(span, outcome, now)
+            if is_server_fault(outcome):
+                span.set_status(Status(StatusCode.ERROR))
+        span.end(end_time=now)
+
+    def _add_events(self, span: Span, outcome: Outcome, now: int) -> None:
+        relay = self._relay_ns
+        if relay is None:
+            return
+        if outcome.first_event_s is not None:
+            span.add_event(
+                "proxai.first_event", timestamp=min(relay + _ns(outcome.first_event_s), now)
+            )
+        stall = stall_attributes(outcome)
+        if stall is not None:
+            at = relay + _ns(outcome.total_s) if outcome.total_s is not None else now
+            span.add_event("proxai.stall", _plain(stall), timestamp=min(at, now))
+
+    def _record_metrics(
+        self,
+        outcome: Outcome,
+        entry: _Attempt,
+        upstream: UpstreamFacts,
+        end: int,
+        *,
+        answered: bool,
+    ) -> None:
+        instruments = self._telemetry.instruments
+        if instruments is None or self.facts.operation is None:
+            return
+        labels: dict[str, AttributeValue] = {
+            "gen_ai.operation.name": self.facts.operation,
+            "gen_ai.provider.name": upstream.provider,
+            "gen_ai.request.model": self._telemetry.model_label(outcome),
+        }
+        if upstream.address is not None:
+            labels["server.address"] = upstream.address
+            if upstream.port is not None:
+                labels["server.port"] = upstream.port
+        error = error_type(outcome) if answered else attempt_error_type(entry.record)
+        plain = _plain(labels)
+        if error is not None:
+            plain = {**plain, "error.type": error}
+        instruments.duration.record(max(end - entry.started_ns, 0) / 1e9, plain)
+        if not answered:
+            return
+        first = outcome.first_event_s
+        if outcome.streaming and first is not None:
+            instruments.time_to_first_chunk.record(max(first - entry.record.started_s, 0.0), plain)
+            if outcome.events > 1 and outcome.total_s is not None:
+                gap = (outcome.total_s - first) / (outcome.events - 1)
+                instruments.time_per_output_chunk.record(max(gap, 0.0), plain)
+        tokens = usage_attributes(outcome.usage)
+        if tokens:
+            instruments.add_tokens(tokens, plain)
+
+
+def _plain(
+    attributes: Mapping[str, AttributeValue],
+) -> dict[str, str | bool | int | float | list[str]]:
+    return dict(attributes)
