@@ -59,3 +59,24 @@ def test_a_socket_turn_cut_for_not_reading_is_recorded_as_client_stalled() -> No
         assert turn.outcome is not None
         assert turn.outcome.kind is OutcomeKind.CLIENT_STALLED
         assert turn.outcome.detail is not None and "cut" in turn.outcome.detail
+
+
+def test_a_frame_that_arrives_while_a_draining_socket_closes_is_dropped_not_a_crash() -> None:
+    # Found by the machine (responses-messages-ws-tools2), as hypothesis printed it:
+    #   state.client_sends_the_next_request()
+    #   state.time_reaches_a_deadline(offset=-0.25)
+    #   state.shutdown_begins()
+    #   state.client_sends_the_next_request()
+    #   state.teardown()
+    # Failure: the socket's handler raised trio.BrokenResourceError out of the ASGI app.
+    # Both turns ended in 504s the client had not read yet, so its window was full. The
+    # drain ended the idle socket: the runner closed the queue and waited (up to 1 s) to
+    # send the 1001 close; a response.create arriving in that second found the queue
+    # closed, and the receiver's send_nowait raised.
+    with machine(Start(WireApi.RESPONSES, WireApi.MESSAGES, socket=True, tools=2)) as step:
+        step("client_sends_the_next_request")
+        step("time_reaches_a_deadline", offset=-0.25)
+        step("shutdown_begins")
+        step("client_sends_the_next_request")
+        world = step.state.world  # type: ignore[attr-defined]
+        assert world.replies[-1].outcome is None  # queued behind the drain: never run
