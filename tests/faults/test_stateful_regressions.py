@@ -80,3 +80,40 @@ def test_a_frame_that_arrives_while_a_draining_socket_closes_is_dropped_not_a_cr
         step("client_sends_the_next_request")
         world = step.state.world  # type: ignore[attr-defined]
         assert world.replies[-1].outcome is None  # queued behind the drain: never run
+
+
+def test_a_client_that_stalls_after_the_terminal_and_then_reads_it_all_completed() -> None:
+    # Found by the machine (chat-messages-sse-tools2), as hypothesis printed it:
+    #   state.upstream_sends_its_head()
+    #   state.upstream_sends_several_events(count=17)
+    #   state.time_passes(seconds=150.0)
+    #   state.client_reads(everything=True)
+    #   state.time_passes(seconds=2.0)
+    #   state.time_passes(seconds=20.0)
+    #   state.shutdown_begins()
+    #   state.time_passes(seconds=4.0)
+    #   state.time_passes(seconds=4.0)
+    #   state.time_passes(seconds=0.5)
+    #   state.client_reads(everything=True)
+    #   state.teardown()
+    # Failure: the outcome client_stalled does not name the ending ('complete', ...).
+    # The whole stream, terminal included, was in proxai's hands when the client stopped
+    # reading; at client_write proxai let the upstream go and kept the rest for the
+    # client, which then read all of it: a complete response, recorded client_stalled.
+    with machine(Start(WireApi.CHAT, WireApi.MESSAGES, socket=False, tools=2)) as step:
+        step("upstream_sends_its_head")
+        step("upstream_sends_several_events", count=17)
+        step("time_passes", seconds=150.0)
+        step("client_reads", everything=True)
+        step("time_passes", seconds=2.0)
+        step("time_passes", seconds=20.0)
+        step("shutdown_begins")
+        step("time_passes", seconds=4.0)
+        step("time_passes", seconds=4.0)
+        step("time_passes", seconds=0.5)
+        step("client_reads", everything=True)
+        step("time_passes", seconds=2.0)
+        (reply,) = step.state.world.replies  # type: ignore[attr-defined]
+        assert reply.ending is not None and reply.ending[0] == "complete"
+        assert reply.outcome is not None
+        assert reply.outcome.kind is OutcomeKind.COMPLETED
