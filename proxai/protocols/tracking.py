@@ -425,8 +425,11 @@ class TrackingObserver(StreamObserver):
         )
 
     def on_client_stalled(self, seconds: float) -> Verdict:
-        if self._terminal is not None:  # its terminal event is already on its way
-            return Verdict(OutcomeKind.CLIENT_STALLED, client_stalled_message(seconds))
+        if self._terminal is not None:
+            # Its terminal event is already on its way: a client that reads it has the
+            # whole response, and is recorded so; one that never does is recorded
+            # stalled when its connection ends (relay/ending.py, client_gone).
+            return Verdict(self._terminal, self._terminal_detail)
         return self._fail(OutcomeKind.CLIENT_STALLED, client_stalled_message(seconds))
 
     def on_end(self, *, fault: OutcomeKind | None, detail: str | None, now: float) -> Verdict:

@@ -41,7 +41,7 @@ from ..protocols.table import UPSTREAM_PROTOCOLS, api_for
 from ..upstream.websocket import UpstreamSocket
 from .asgi_io import ASGIReceive, ASGISend
 from .plan import Incoming
-from .socket_io import ClientSocket, TurnDownstream
+from .socket_io import CLOSE_SECONDS, ClientSocket, TurnDownstream
 from .sockets import SocketLimits, SocketStats, run_socket
 
 if TYPE_CHECKING:
@@ -243,6 +243,7 @@ class SocketEndpoint:
                 await app.relay_request(
                     incoming, body, downstream, outcome, None, clients, trace=trace
                 )
+                _cut(state.socket, outcome, app.config.timeouts.client_write)
                 return outcome.kind is not OutcomeKind.CLIENT_STALLED
             keeps_state = UPSTREAM_PROTOCOLS[first.protocol].keeps_state
             # proxai's stored responses hold only what upstreams that keep none answered.
@@ -254,6 +255,7 @@ class SocketEndpoint:
                 await self._warm_up(state, frame, record, outcome)
             else:
                 await app.relay_request(incoming, turn.body, downstream, outcome, None, trace=trace)
+                _cut(state.socket, outcome, app.config.timeouts.client_write)
             state.conversation.keep(turn, record)
         except ProxyError as exc:
             headers = (*exc.headers, *incoming.id_header)
@@ -304,3 +306,19 @@ class SocketEndpoint:
         if upstream is None:
             upstream = state.upstream_sockets[name] = self._app.upstream_socket(name)
         return upstream
+
+
+def _cut(socket: ClientSocket, outcome: Outcome, client_write: float) -> None:
+    """A turn whose frame was cut (the client read nothing for ``client_write`` + 1 s, see
+    :class:`TurnDownstream`) ended for the client as a stalled one, whatever the relay had
+    decided before (the upstream's early end, a stall): the client got none of that
+    ending, and the socket ends. Over HTTP the same client is recorded so too
+    (:func:`proxai.relay.ending.client_gone`)."""
+    if not socket.broken or outcome.kind is OutcomeKind.CLIENT_STALLED:
+        return
+    was = f"{outcome.kind}: {outcome.detail}" if outcome.detail else str(outcome.kind)
+    outcome.kind = OutcomeKind.CLIENT_STALLED
+    outcome.detail = (
+        f"the client read nothing for {client_write + CLOSE_SECONDS} s: its socket was cut "
+        f"before the response's ending reached it (the response had ended {was})"
+    )

@@ -22,7 +22,7 @@ from ..wire.headers import Headers
 from ..wire.sse import SSEFramer
 from .asgi_io import ASGIReceive, ASGISend
 
-__all__ = ["Binary", "ClientSocket", "Gone", "TooLarge", "TurnDownstream"]
+__all__ = ["CLOSE_SECONDS", "Binary", "ClientSocket", "Gone", "TooLarge", "TurnDownstream"]
 
 #: The most of an error body (an upstream's 4xx JSON) a turn holds to make its frame.
 ERROR_BODY_BYTES = 256 * 1024

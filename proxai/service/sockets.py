@@ -107,6 +107,10 @@ async def run_socket(
                 stats.frames_in += 1
                 try:
                     send.send_nowait(frame)
+                except trio.BrokenResourceError:
+                    # The runner has ended (a drain, the age limit) and is closing the
+                    # socket: a frame that comes meanwhile is dropped with it.
+                    return
                 except trio.WouldBlock:
                     if not await socket.send_within(
                         _queue_full(limits.max_queued), limits.write_timeout

@@ -14,9 +14,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
+import httpx
 import trio
 
-from ..config import Config
+from ..config import Config, UpstreamConfig
 from ..config_file import load_config
 from ..outcome import Outcome
 from ..service.app import ProxaiApp
@@ -87,6 +88,7 @@ class MemoryProxy:
         state: dict[str, Any] | None = None,
         compaction: dict[str, Any] | None = None,
         limits: dict[str, Any] | None = None,
+        transport_factory: Callable[[UpstreamConfig], httpx.AsyncBaseTransport] | None = None,
         **timeouts: float,
     ) -> None:
         """``upstreams`` adds ``[upstreams.NAME]`` tables; every upstream plays ``responder``.
@@ -96,7 +98,9 @@ class MemoryProxy:
         on (``retries={}``: proxai's defaults). ``upstream`` adds keys to the default
         ``[upstream]``. ``socket_upstream``: where the
         ``websocket = true`` upstreams' sockets connect, in memory (it must be serving).
-        ``state``, ``compaction``, ``limits``: those tables.
+        ``state``, ``compaction``, ``limits``: those tables. ``transport_factory``: each upstream's
+        transport instead of the shared :class:`ScriptTransport` (a
+        :class:`~proxai.testing.stepped.SteppedUpstream`'s, played step by step).
         """
         self.transport = ScriptTransport(responder)
         overrides: dict[str, Any] = {
@@ -128,7 +132,12 @@ class MemoryProxy:
             self.config,
             on_outcome=self.outcomes.append,
             upstream_factory=lambda upstream, timeouts, name: UpstreamClient(
-                upstream, timeouts, transport=self.transport, name=name
+                upstream,
+                timeouts,
+                transport=self.transport
+                if transport_factory is None
+                else transport_factory(upstream),
+                name=name,
             ),
             socket_opener=None if socket_upstream is None else socket_upstream.open_stream,
         )

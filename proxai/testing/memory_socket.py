@@ -59,6 +59,9 @@ class MemorySocket:
     #: Set once the app's handler has returned.
     finished: trio.Event = attrs.field(factory=trio.Event)
     denied: Denied | None = None
+    #: Every frame (or close) the app has handed the client so far, read or not, with
+    #: the virtual time it did: what a test compares against what it has read.
+    delivered: list[tuple[float, str | Closed | Denied]] = attrs.field(factory=list)
 
     async def send(self, frame: dict[str, Any] | str) -> None:
         text = frame if isinstance(frame, str) else json.dumps(frame)
@@ -78,6 +81,14 @@ class MemorySocket:
     async def receive(self) -> tuple[float, str | Closed | Denied]:
         """The server's next frame (or close), with the virtual time it was sent."""
         return await self._from_app.receive()
+
+    def receive_nowait(self) -> tuple[float, str | Closed | Denied] | None:
+        """The next frame the app has already sent, or ``None``: a read that never waits
+        (a stateful test reads exactly what is there)."""
+        try:
+            return self._from_app.receive_nowait()
+        except trio.WouldBlock:
+            return None
 
     async def frame(self) -> dict[str, Any] | Closed | Denied:
         """The next frame parsed (a text frame is JSON here), or how the socket ended."""
@@ -143,15 +154,17 @@ async def open_memory_socket(
                 raise AssertionError("the app sent a frame after closing the socket")
             assert "text" in message, "the Responses WebSocket sends text frames"
             await app_out.send((now, message["text"]))
+            socket.delivered.append((trio.current_time(), message["text"]))
         elif kind == "websocket.close":
             closed = True
             if not socket.accepted.is_set():
                 socket.denied = Denied(403, [], b"")
                 await app_out.send((now, socket.denied))
+                socket.delivered.append((trio.current_time(), socket.denied))
             else:
-                await app_out.send(
-                    (now, Closed(message.get("code", 1000), message.get("reason", "")))
-                )
+                closing = Closed(message.get("code", 1000), message.get("reason", ""))
+                await app_out.send((now, closing))
+                socket.delivered.append((trio.current_time(), closing))
         elif kind == "websocket.http.response.start":
             denial.update(status=message["status"], headers=list(message["headers"]))
         elif kind == "websocket.http.response.body":
@@ -159,6 +172,7 @@ async def open_memory_socket(
             if not message.get("more_body", False):
                 socket.denied = Denied(denial["status"], denial["headers"], denial["body"])
                 await app_out.send((now, socket.denied))
+                socket.delivered.append((trio.current_time(), socket.denied))
 
     scope = {
         "type": "websocket",

@@ -16,7 +16,7 @@ Any other end closes it.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
 import h11
 import httpx
@@ -24,15 +24,19 @@ import trio
 
 from .framing import UpstreamBody
 
-__all__ = ["H11Pool", "H11Transport"]
+__all__ = ["Connect", "H11Pool", "H11Transport"]
 
 READ_SIZE = 64 * 1024
+
+#: Opens a connection to ``(host, port)``: TCP by default; a test's in-memory upstream
+#: (:class:`proxai.testing.stepped.SteppedUpstream`) hands out memory streams.
+Connect = Callable[[str, int], Awaitable[trio.abc.Stream]]
 
 
 class H11Connection:
     """One keep-alive connection to the upstream."""
 
-    def __init__(self, stream: trio.SocketStream, keepalive_expiry: float) -> None:
+    def __init__(self, stream: trio.abc.Stream, keepalive_expiry: float) -> None:
         self._stream = stream
         self._h11 = h11.Connection(h11.CLIENT)
         self._expiry = keepalive_expiry
@@ -52,9 +56,10 @@ class H11Connection:
         connection that turns readable has nothing to say but its end)."""
         if self._idle_since is None:
             return False
-        return (
-            time.monotonic() - self._idle_since > self._expiry or self._stream.socket.is_readable()
-        )
+        if time.monotonic() - self._idle_since > self._expiry:
+            return True
+        # An in-memory stream (a test's) has no socket to ask.
+        return isinstance(self._stream, trio.SocketStream) and self._stream.socket.is_readable()
 
     def take(self) -> None:
         self._idle_since = None
@@ -106,7 +111,7 @@ class H11Connection:
                 raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
             if not data and self._h11.their_state is h11.SEND_RESPONSE:
                 raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
-            self._h11.receive_data(data)
+            self._h11.receive_data(bytes(data))  # bytes already from a socket: no copy
 
     async def body(self) -> AsyncIterator[bytes]:
         """The response body's bytes as they arrive."""
@@ -147,11 +152,17 @@ class H11Pool:
     and what :attr:`connections` returns is a snapshot, not the live lists.
     """
 
-    def __init__(self, max_keepalive_connections: int, keepalive_expiry: float) -> None:
+    def __init__(
+        self,
+        max_keepalive_connections: int,
+        keepalive_expiry: float,
+        connect: Connect = trio.open_tcp_stream,
+    ) -> None:
         self._idle: list[H11Connection] = []
         self._busy: set[H11Connection] = set()
         self._max_idle = max_keepalive_connections
         self._expiry = keepalive_expiry
+        self._connect = connect
 
     @property
     def connections(self) -> list[H11Connection]:
@@ -179,7 +190,7 @@ class H11Pool:
             return taken
         try:
             with trio.fail_after(float("inf") if connect_timeout is None else connect_timeout):
-                stream = await trio.open_tcp_stream(host, port)
+                stream = await self._connect(host, port)
         except trio.TooSlowError as exc:
             raise httpx.ConnectTimeout(f"timed out connecting to {host}:{port}") from exc
         except OSError as exc:
@@ -251,8 +262,14 @@ class _Body(UpstreamBody):
 class H11Transport(httpx.AsyncBaseTransport):
     """HTTP/1.1 over plain TCP to one upstream origin, pooled."""
 
-    def __init__(self, *, max_keepalive_connections: int, keepalive_expiry: float) -> None:
-        self.pool = H11Pool(max_keepalive_connections, keepalive_expiry)
+    def __init__(
+        self,
+        *,
+        max_keepalive_connections: int,
+        keepalive_expiry: float,
+        connect: Connect = trio.open_tcp_stream,
+    ) -> None:
+        self.pool = H11Pool(max_keepalive_connections, keepalive_expiry, connect)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url

@@ -1,0 +1,119 @@
+"""Defects the no-hang machine found (tests/faults/test_stateful.py), each replayed as the
+minimal sequence hypothesis printed (the invariants checked after every step, as the
+machine does), with the fix it holds."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from proxai.outcome import OutcomeKind
+from proxai.protocols.table import WireApi
+from tests.faults.stateful import ProxaiMachine, Start
+
+
+@contextmanager
+def machine(start: Start) -> Iterator[Callable[..., None]]:
+    """A machine at ``start``; yields ``step(name, **arguments)``."""
+    logging.disable(logging.WARNING)
+    state = type("Machine", (ProxaiMachine,), {"start": start})()
+    try:
+        state.the_five_invariants()
+
+        def step(name: str, **arguments: object) -> None:
+            getattr(state, name)(**arguments)
+            state.the_five_invariants()
+
+        step.state = state  # type: ignore[attr-defined]
+        yield step
+        state.teardown()
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def test_a_socket_turn_cut_for_not_reading_is_recorded_as_client_stalled() -> None:
+    # Found by the machine (responses-responses-ws-tools2), as hypothesis printed it:
+    #   state.upstream_sends_its_head()
+    #   state.upstream_sends_the_next_event()  (four times)
+    #   state.upstream_ends_its_body()
+    #   state.time_passes(seconds=2.0)
+    #   state.time_passes(seconds=4.0)
+    #   state.time_passes(seconds=30.0)
+    #   state.teardown()
+    # Failure: the outcome upstream_eof does not name the ending ('gone', None).
+    # The upstream closed early, so the relay ended the turn upstream_eof; the client had
+    # read nothing, its frames (the events, then proxai's error and response.failed) were
+    # still blocked after client_write + 1 s, and the socket was cut. The turn was
+    # recorded upstream_eof although the client got no ending at all; over SSE the same
+    # client is recorded client_stalled.
+    with machine(Start(WireApi.RESPONSES, WireApi.RESPONSES, socket=True, tools=2)) as step:
+        step("upstream_sends_its_head")
+        for _ in range(4):
+            step("upstream_sends_the_next_event")
+        step("upstream_ends_its_body")
+        step("time_passes", seconds=2.0)
+        step("time_passes", seconds=4.0)
+        step("time_passes", seconds=30.0)
+        (turn,) = step.state.world.replies  # type: ignore[attr-defined]
+        assert turn.outcome is not None
+        assert turn.outcome.kind is OutcomeKind.CLIENT_STALLED
+        assert turn.outcome.detail is not None and "cut" in turn.outcome.detail
+
+
+def test_a_frame_that_arrives_while_a_draining_socket_closes_is_dropped_not_a_crash() -> None:
+    # Found by the machine (responses-messages-ws-tools2), as hypothesis printed it:
+    #   state.client_sends_the_next_request()
+    #   state.time_reaches_a_deadline(offset=-0.25)
+    #   state.shutdown_begins()
+    #   state.client_sends_the_next_request()
+    #   state.teardown()
+    # Failure: the socket's handler raised trio.BrokenResourceError out of the ASGI app.
+    # Both turns ended in 504s the client had not read yet, so its window was full. The
+    # drain ended the idle socket: the runner closed the queue and waited (up to 1 s) to
+    # send the 1001 close; a response.create arriving in that second found the queue
+    # closed, and the receiver's send_nowait raised.
+    with machine(Start(WireApi.RESPONSES, WireApi.MESSAGES, socket=True, tools=2)) as step:
+        step("client_sends_the_next_request")
+        step("time_reaches_a_deadline", offset=-0.25)
+        step("shutdown_begins")
+        step("client_sends_the_next_request")
+        world = step.state.world  # type: ignore[attr-defined]
+        assert world.replies[-1].outcome is None  # queued behind the drain: never run
+
+
+def test_a_client_that_stalls_after_the_terminal_and_then_reads_it_all_completed() -> None:
+    # Found by the machine (chat-messages-sse-tools2), as hypothesis printed it:
+    #   state.upstream_sends_its_head()
+    #   state.upstream_sends_several_events(count=17)
+    #   state.time_passes(seconds=150.0)
+    #   state.client_reads(everything=True)
+    #   state.time_passes(seconds=2.0)
+    #   state.time_passes(seconds=20.0)
+    #   state.shutdown_begins()
+    #   state.time_passes(seconds=4.0)
+    #   state.time_passes(seconds=4.0)
+    #   state.time_passes(seconds=0.5)
+    #   state.client_reads(everything=True)
+    #   state.teardown()
+    # Failure: the outcome client_stalled does not name the ending ('complete', ...).
+    # The whole stream, terminal included, was in proxai's hands when the client stopped
+    # reading; at client_write proxai let the upstream go and kept the rest for the
+    # client, which then read all of it: a complete response, recorded client_stalled.
+    with machine(Start(WireApi.CHAT, WireApi.MESSAGES, socket=False, tools=2)) as step:
+        step("upstream_sends_its_head")
+        step("upstream_sends_several_events", count=17)
+        step("time_passes", seconds=150.0)
+        step("client_reads", everything=True)
+        step("time_passes", seconds=2.0)
+        step("time_passes", seconds=20.0)
+        step("shutdown_begins")
+        step("time_passes", seconds=4.0)
+        step("time_passes", seconds=4.0)
+        step("time_passes", seconds=0.5)
+        step("client_reads", everything=True)
+        step("time_passes", seconds=2.0)
+        (reply,) = step.state.world.replies  # type: ignore[attr-defined]
+        assert reply.ending is not None and reply.ending[0] == "complete"
+        assert reply.outcome is not None
+        assert reply.outcome.kind is OutcomeKind.COMPLETED
