@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-browser test-clients lint typecheck check clean reliability-doc bench redis
+.PHONY: demo test test-stateful test-browser test-clients lint typecheck check clean reliability-doc bench redis
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,13 @@ demo: $(STAMP)
 ## test: the whole test suite (what CI runs)
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+## test-stateful: the no-hang machine's long profile (docs/cancellation.md): new examples each run,
+## PROXAI_STATEFUL_EXAMPLES per start state (24 of them)
+PROXAI_STATEFUL_EXAMPLES ?= 500
+test-stateful: $(STAMP)
+	HYPOTHESIS_PROFILE=explore PROXAI_STATEFUL_EXAMPLES=$(PROXAI_STATEFUL_EXAMPLES) \
+		$(BIN)/python -m pytest tests/faults/test_stateful.py -p no:cacheprovider -q
 
 ## redis: Debian's redis-server, which tests/state starts for the Redis state backend's tests
 ## (they skip without it)
