@@ -275,14 +275,23 @@ async def _load(
     rng: random.Random,
     burst: int,
     hangups: int,
+    min_samples: int = 0,
 ) -> None:
     most = burst + hangups + 8
     limits = httpx.Limits(max_connections=most, max_keepalive_connections=most)
     deadline = trio.current_time() + seconds
+    # A loaded machine samples less often: the load goes on (up to twice as long) until
+    # the sampler has looked ``min_samples`` times, so the figures always rest on them.
+    cap = deadline + seconds
+
+    def loading() -> bool:
+        now = trio.current_time()
+        return now < deadline or (report.samples < min_samples and now < cap)
+
     async with httpx.AsyncClient(limits=limits, timeout=30) as client:
 
         async def keep_going(kind: str) -> None:
-            while trio.current_time() < deadline:
+            while loading():
                 await _one(client, url, kind, report, rng.uniform(0.1, 0.4))
 
         async with trio.open_nursery() as nursery:
@@ -290,7 +299,7 @@ async def _load(
                 nursery.start_soon(keep_going, ("hangup", "translated_hangup")[i % 2])
             for _ in range(4):
                 nursery.start_soon(keep_going, "stalled")
-            while trio.current_time() < deadline:
+            while loading():
                 async with trio.open_nursery() as bursting:
                     for i in range(burst):
                         kind = ("short", "whole", "translated")[i % 3]
@@ -460,9 +469,12 @@ async def churn(
     hangups: int = 16,
     warmup: float = 2.0,
     seed: int = 0,
+    min_samples: int = 0,
 ) -> ChurnReport:
     """Run the churn soak for ``seconds`` after ``warmup`` seconds of the same load (the
-    figures then compare two steady states); see the module's docstring."""
+    figures then compare two steady states), and on until ``/readyz`` and ``/metrics``
+    were sampled ``min_samples`` times (at most twice ``seconds``); see the module's
+    docstring."""
     report = ChurnReport(seconds, keepalive_expiry, max_idle)
     rng = random.Random(seed)
     upstream = ScriptedUpstream(_script)
@@ -482,7 +494,7 @@ async def churn(
             started = trio.current_time()
             async with trio.open_nursery() as sampling:
                 sampling.start_soon(_sample, proxai, report)
-                await _load(url, seconds, report, rng, burst, hangups)
+                await _load(url, seconds, report, rng, burst, hangups, min_samples)
                 sampling.cancel_scope.cancel()
             report.seconds = trio.current_time() - started
             await _settle(upstream, quiet)
