@@ -55,6 +55,7 @@ class MemorySocket:
 
     _to_app: trio.MemorySendChannel[dict[str, Any]]
     _from_app: trio.MemoryReceiveChannel[tuple[float, str | Closed | Denied]]
+    _app_out: trio.MemorySendChannel[tuple[float, str | Closed | Denied]]
     accepted: trio.Event = attrs.field(factory=trio.Event)
     #: Set once the app's handler has returned.
     finished: trio.Event = attrs.field(factory=trio.Event)
@@ -62,6 +63,8 @@ class MemorySocket:
     #: Every frame (or close) the app has handed the client so far, read or not, with
     #: the virtual time it did: what a test compares against what it has read.
     delivered: list[tuple[float, str | Closed | Denied]] = attrs.field(factory=list)
+    #: The app's sends blocked on the client's window (they return once it leaves).
+    _blocked: set[trio.CancelScope] = attrs.field(factory=set)
 
     async def send(self, frame: dict[str, Any] | str) -> None:
         text = frame if isinstance(frame, str) else json.dumps(frame)
@@ -70,8 +73,41 @@ class MemorySocket:
     async def send_bytes(self, data: bytes) -> None:
         await self._to_app.send({"type": "websocket.receive", "bytes": data})
 
+    #: Set once the client has hung up or sent its close frame: the server sends
+    #: nothing more to it, and a send blocked on its window returns (as hypercorn's do).
+    left: trio.Event = attrs.field(factory=trio.Event)
+    #: The code of the client's close frame, if it sent one (not for a hang-up).
+    close_frame_code: int | None = None
+
     async def close(self, code: int = 1000) -> None:
-        """Hang up (the app's next receive says the client is gone)."""
+        """Hang up: the connection is gone (the app's next receive says so, with
+        ``code``), and nothing the app sends after reaches the client."""
+        await self._leave(code)
+
+    async def send_close(self, code: int = 1000) -> None:
+        """Send a close frame, as the SDK's ``connection.close()`` does: the server
+        answers it at once (the ``Closed`` reply is the last thing the client reads,
+        before any frame the app sends after), then tells the app the client is gone;
+        the app's later frames are dropped, as hypercorn drops them."""
+        if self.left.is_set():
+            return
+        self.close_frame_code = code
+        self._delivered_close(Closed(code))
+        await self._leave(code)
+
+    def _delivered_close(self, reply: Closed) -> None:
+        # Past a full window the reply is in `delivered` only (it waits in the socket's
+        # buffer behind the unread frames): a test that reads everything still sees it.
+        with contextlib.suppress(
+            trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError
+        ):
+            self._app_out.send_nowait((trio.current_time(), reply))
+        self.delivered.append((trio.current_time(), reply))
+
+    async def _leave(self, code: int) -> None:
+        self.left.set()
+        for scope in self._blocked:
+            scope.cancel()
         with (
             trio.CancelScope(shield=True),
             contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError),
@@ -131,7 +167,7 @@ async def open_memory_socket(
     """
     to_app, app_in = trio.open_memory_channel[dict[str, Any]](64)
     app_out, from_app = trio.open_memory_channel[tuple[float, str | Closed | Denied]](buffer)
-    socket = MemorySocket(to_app, from_app)
+    socket = MemorySocket(to_app, from_app, app_out)
     denial: dict[str, Any] = {}
     closed = False
 
@@ -141,6 +177,21 @@ async def open_memory_socket(
         except trio.EndOfChannel:
             await trio.sleep_forever()
             raise AssertionError("unreachable") from None
+
+    async def deliver(item: str | Closed) -> None:
+        """Hand the client ``item`` (waiting while its window is full), or drop it once
+        the client has left: hypercorn's sends to a gone client return at once."""
+        if socket.left.is_set():
+            return
+        now = trio.current_time()
+        with trio.CancelScope() as blocked:
+            socket._blocked.add(blocked)
+            try:
+                await app_out.send((now, item))
+            finally:
+                socket._blocked.discard(blocked)
+        if not blocked.cancelled_caught:
+            socket.delivered.append((trio.current_time(), item))
 
     async def send(message: dict[str, Any]) -> None:
         nonlocal closed
@@ -153,18 +204,17 @@ async def open_memory_socket(
             if closed:
                 raise AssertionError("the app sent a frame after closing the socket")
             assert "text" in message, "the Responses WebSocket sends text frames"
-            await app_out.send((now, message["text"]))
-            socket.delivered.append((trio.current_time(), message["text"]))
+            await deliver(message["text"])
         elif kind == "websocket.close":
             closed = True
+            if socket.left.is_set():
+                return
             if not socket.accepted.is_set():
                 socket.denied = Denied(403, [], b"")
                 await app_out.send((now, socket.denied))
                 socket.delivered.append((trio.current_time(), socket.denied))
             else:
-                closing = Closed(message.get("code", 1000), message.get("reason", ""))
-                await app_out.send((now, closing))
-                socket.delivered.append((trio.current_time(), closing))
+                await deliver(Closed(message.get("code", 1000), message.get("reason", "")))
         elif kind == "websocket.http.response.start":
             denial.update(status=message["status"], headers=list(message["headers"]))
         elif kind == "websocket.http.response.body":

@@ -399,7 +399,10 @@ class World:
             return len(self.socket.delivered) - self.frames_read
         return len(self.pending)
 
-    async def hang_up(self) -> None:
+    async def hang_up(self, close_frame: bool = False) -> None:
+        """The client leaves: over SSE its connection ends; on a socket it hangs up (the
+        connection gone) or, with ``close_frame``, sends a close frame and waits for
+        the server's answer, as the SDK's ``connection.close()`` does."""
         now = trio.current_time()
         if self.socket is not None:
             done = sum(1 for o in self.proxy.outcomes if o.method == "response.create")
@@ -408,7 +411,10 @@ class World:
                     reply.hung_up_at = now
                     reply.dropped = reply.index > done  # still queued: it never runs
             self.socket_closed = True
-            await self.socket.close()
+            if close_frame:
+                await self.socket.send_close(1000)
+            else:
+                await self.socket.close()
             return
         reply = self.replies[-1]
         reply.hung_up_at = now
@@ -704,6 +710,16 @@ class ProxaiMachine(RuleBasedStateMachine):
     @rule()
     def client_hangs_up(self) -> None:
         self.world.call(self.world.hang_up)
+
+    @precondition(
+        lambda self: (
+            self.world.socket is not None and not self.reply.over and not self.world.socket_closed
+        )
+    )
+    @rule()
+    def client_sends_a_close_frame(self) -> None:
+        """Distinct from a hang-up: the connection stays, the client says it is leaving."""
+        self.world.call(self.world.hang_up, True)
 
     @precondition(
         lambda self: (
@@ -1056,6 +1072,12 @@ class ProxaiMachine(RuleBasedStateMachine):
                 raise Failure(
                     f"(3) the socket still served after the client left\n{self._story(reply)}"
                 )
+            for n, play in enumerate(reply.plays):
+                if not play.exchange.finished:
+                    raise Failure(
+                        f"(3) upstream attempt {n} still open after the client left its "
+                        f"socket\n{self._story(reply)}"
+                    )
             return
         if reply.finished_at is None:
             raise Failure(
