@@ -1,0 +1,109 @@
+"""The new stateful surfaces as an attacker sees them (issue 38's review): what one
+request can make proxai pull from its store and send upstream, what a key can hold
+open on sockets, and what another key can reach. Each test is one attack; the ones
+that held before the review pin why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+import trio.testing
+
+from proxai.testing.memory_proxy import MemoryProxy
+from proxai.testing.seed import TURN1_REQUEST, seed_responder
+
+from .test_websocket import chat_turns
+
+#: The bound on what one request pulls from the store, small enough to pass in a test.
+STATE_BYTES = 256 * 1024
+
+
+def chat_proxy(**kwargs: Any) -> MemoryProxy:
+    """proxai in front of one Chat-only upstream: proxai holds the responses."""
+    server = {"websocket_max_state_bytes": STATE_BYTES, **kwargs.pop("server", {})}
+    return MemoryProxy(chat_turns, upstream={"protocol": "openai_chat"}, server=server, **kwargs)
+
+
+def big_message(item_id: str, size: int) -> dict[str, Any]:
+    return {"type": "message", "role": "user", "id": item_id, "content": "x" * size}
+
+
+async def test_item_references_cannot_amplify_one_request_past_the_state_bound(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """One stored 64 KiB item named 64 times by a 3 KiB request would send 4 MiB
+    upstream (and build it in proxai's memory): what references pull in is bounded by
+    ``websocket_max_state_bytes``, and past it the request is a 400 before anything
+    goes upstream."""
+    async with chat_proxy() as proxy:
+        first = await proxy.request({**TURN1_REQUEST, "input": [big_message("msg_big", 65536)]})
+        assert first.events()[-1]["type"] == "response.completed"
+        refs = [{"type": "item_reference", "id": "msg_big"}] * 64
+        amplified = await proxy.request({**TURN1_REQUEST, "input": refs})
+        three = await proxy.request({**TURN1_REQUEST, "input": refs[:3]})
+    assert amplified.status == 400
+    error = amplified.json()["error"]
+    assert error["code"] == "item_references_too_large"
+    assert error["param"] == "input[3]"  # the fourth 64 KiB item passes 256 KiB
+    assert three.events()[-1]["type"] == "response.completed"  # within it: served
+    assert len(proxy.transport.requests) == 2  # the amplified one never went upstream
+    assert len(proxy.transport.requests[1].body) < 4 * 65536
+
+
+async def test_a_chain_cannot_grow_what_one_request_pulls_past_the_state_bound(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Each chained turn stores its whole conversation: without a bound, a chain of
+    large turns makes every later turn pull (and send) more, without end. A stored
+    conversation past ``websocket_max_state_bytes`` is a 400 ``previous_response_not_found``
+    saying why (as a socket's own conversation is), so the client sends the whole context."""
+    async with chat_proxy() as proxy:
+        rid = None
+        answers = []
+        for turn in range(3):
+            body: dict[str, Any] = {**TURN1_REQUEST, "input": [big_message(f"m{turn}", 150_000)]}
+            if rid is not None:
+                body["previous_response_id"] = rid
+            answer = await proxy.request(body)
+            answers.append(answer)
+            if answer.status == 200:
+                rid = answer.events()[-1]["response"]["id"]
+    assert [a.status for a in answers] == [200, 200, 400]
+    error = answers[2].json()["error"]
+    assert error["code"] == "previous_response_not_found"
+    assert "websocket_max_state_bytes" in error["message"]
+    assert len(proxy.transport.requests) == 2
+
+
+async def test_references_cost_the_store_one_lookup_per_distinct_id_and_a_bounded_count(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Behind an upstream that keeps state an unknown reference is no 400 (the upstream
+    may hold it), so each one was a store call: a 50 MiB body of 41-byte references is
+    1.2 million Redis round trips for one request. Each id is looked up once, and a
+    request names at most ``MAX_ITEM_REFERENCES`` (1024) distinct ones."""
+    async with MemoryProxy(seed_responder) as proxy:
+        store = proxy.app.state_store
+        assert store is not None
+        looked_up: list[str] = []
+        item = store.item
+
+        async def counted(tenant: str, item_id: str) -> bytes | None:
+            looked_up.append(item_id)
+            return await item(tenant, item_id)
+
+        store.item = counted  # type: ignore[method-assign]
+        same = [{"type": "item_reference", "id": "msg_upstreams"}] * 500
+        repeated = await proxy.request({**TURN1_REQUEST, "input": same})
+        distinct = [{"type": "item_reference", "id": f"msg_{n}"} for n in range(1024 + 1)]
+        flood = await proxy.request({**TURN1_REQUEST, "input": distinct})
+    assert repeated.status == 200 and looked_up[:1] == ["msg_upstreams"]
+    assert len(looked_up) == 1  # 500 references to one id: one lookup; the flood: none
+    assert flood.status == 400
+    assert flood.json()["error"]["code"] == "too_many_item_references"
+    assert flood.json()["error"]["param"] == "input[1024]"
+    assert len(proxy.transport.requests) == 1
+    from proxai.protocols.responses.history import MAX_ITEM_REFERENCES
+
+    assert MAX_ITEM_REFERENCES == 1024  # the figure docs/state.md gives
