@@ -5,12 +5,14 @@ that held before the review pin why."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import trio
 import trio.testing
 
 from proxai.testing.memory_proxy import MemoryProxy
+from proxai.testing.memory_socket import Denied, open_memory_socket
 from proxai.testing.seed import TURN1_REQUEST, seed_responder
 
 from .test_websocket import chat_turns
@@ -107,3 +109,58 @@ async def test_references_cost_the_store_one_lookup_per_distinct_id_and_a_bounde
     from proxai.protocols.responses.history import MAX_ITEM_REFERENCES
 
     assert MAX_ITEM_REFERENCES == 1024  # the figure docs/state.md gives
+
+
+# -- sockets ------------------------------------------------------------------------------
+
+KEYS = {"keys": ["sk-a", "sk-b"]}
+
+
+def key(name: str) -> list[tuple[bytes, bytes]]:
+    return [(b"authorization", f"Bearer {name}".encode())]
+
+
+def warm_up(size: int) -> dict[str, Any]:
+    """A warm-up frame: proxai answers it itself and keeps its input as the socket's
+    state, so it holds memory with no upstream request at all."""
+    return {
+        "type": "response.create",
+        "model": "gpt-5",
+        "generate": False,
+        "input": [{"type": "message", "role": "user", "content": "x" * size}],
+    }
+
+
+async def test_one_key_cannot_hold_sockets_without_end(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """An idle socket counts in no limit (``max_concurrent_streams`` counts its turns),
+    yet each holds its conversation, up to ``websocket_max_state_bytes``, filled for
+    free by warm-ups: one key opening sockets held memory without bound. A key holds
+    at most ``server.websocket_max_per_key`` (32) sockets per process; the next upgrade
+    is a 429 before it is accepted, and another key is unaffected."""
+    async with contextlib.AsyncExitStack() as stack:
+        proxy = await stack.enter_async_context(chat_proxy(auth=KEYS))
+        held = []
+        for _ in range(32):
+            ws = await stack.enter_async_context(open_memory_socket(proxy.app, headers=key("sk-a")))
+            await ws.send(warm_up(100_000))
+            assert (await ws.response())[-1]["type"] == "response.completed"
+            held.append(ws)
+        state = sum(s.state_bytes for s in proxy.app._sockets.snapshots())
+        assert state >= 32 * 100_000
+        async with open_memory_socket(proxy.app, headers=key("sk-a")) as extra:
+            refused = await extra.frame()
+        async with open_memory_socket(proxy.app, headers=key("sk-b")) as other:
+            await other.send(warm_up(10))
+            answered = (await other.response())[-1]["type"]
+        await held[0].close()  # one closed: its place is free again
+        await held[0].finished.wait()
+        async with open_memory_socket(proxy.app, headers=key("sk-a")) as again:
+            await again.send(warm_up(10))
+            served = (await again.response())[-1]["type"]
+    assert isinstance(refused, Denied) and refused.status == 429
+    error = refused.json()["error"]
+    assert error["code"] == "too_many_websockets"
+    assert "server.websocket_max_per_key" in error["message"]
+    assert answered == "response.completed" and served == "response.completed"
