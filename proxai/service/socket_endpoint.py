@@ -159,6 +159,7 @@ class SocketEndpoint:
                     server.websocket_max_queued,
                     server.websocket_max_age,
                     app.config.timeouts.client_write,
+                    server.max_request_body_bytes,
                 ),
                 state.stats,
                 draining=app.draining,

@@ -13,9 +13,9 @@ import trio.testing
 
 from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.memory_socket import Denied, open_memory_socket
-from proxai.testing.seed import TURN1_REQUEST, seed_responder
+from proxai.testing.seed import TURN1_REQUEST, seed_responder, turn1_script
 
-from .test_websocket import chat_turns
+from .test_websocket import chat_turns, create
 
 #: The bound on what one request pulls from the store, small enough to pass in a test.
 STATE_BYTES = 256 * 1024
@@ -147,6 +147,7 @@ async def test_one_key_cannot_hold_sockets_without_end(
             await ws.send(warm_up(100_000))
             assert (await ws.response())[-1]["type"] == "response.completed"
             held.append(ws)
+        await trio.sleep(0.1)  # the last warm-up's input becomes its socket's state
         state = sum(s.state_bytes for s in proxy.app._sockets.snapshots())
         assert state >= 32 * 100_000
         async with open_memory_socket(proxy.app, headers=key("sk-a")) as extra:
@@ -164,3 +165,32 @@ async def test_one_key_cannot_hold_sockets_without_end(
     assert error["code"] == "too_many_websockets"
     assert "server.websocket_max_per_key" in error["message"]
     assert answered == "response.completed" and served == "response.completed"
+
+
+async def test_frames_queued_on_a_socket_hold_at_most_one_request_body(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """While a turn runs (or its client reads nothing, up to ``client_write``), the
+    frames behind it wait in the socket's queue, counted in frames only: 16 frames of
+    ``max_request_body_bytes`` each (800 MiB by default) per socket, outside every
+    limit. The queue holds at most one request body's bytes as well; a frame past
+    that gets the ``websocket_queue_full`` error frame, as one past the count does."""
+    body = 64 * 1024
+    frame = {"type": "response.create", "model": "gpt-5", "input": "x" * (body - 200)}
+    async with (
+        MemoryProxy([turn1_script(delay=1.0)], server={"max_request_body_bytes": body}) as proxy,
+        open_memory_socket(proxy.app) as ws,
+    ):
+        await ws.send(create(TURN1_REQUEST))  # the turn in flight
+        await trio.sleep(0.1)
+        for _ in range(4):
+            await ws.send(frame)
+        await trio.sleep(0.1)
+        (snapshot,) = proxy.app._sockets.snapshots()
+        errors = []
+        while (got := ws.receive_nowait()) is not None:
+            data = got[1]
+            if isinstance(data, str) and '"websocket_queue_full"' in data:
+                errors.append(data)
+    assert snapshot.queued == 1  # one body's worth waits; three were refused at once
+    assert len(errors) == 3
