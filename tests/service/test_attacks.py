@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import orjson
 import trio
 import trio.testing
 
@@ -194,3 +195,73 @@ async def test_frames_queued_on_a_socket_hold_at_most_one_request_body(
                 errors.append(data)
     assert snapshot.queued == 1  # one body's worth waits; three were refused at once
     assert len(errors) == 3
+
+
+# -- what held ----------------------------------------------------------------------------
+
+
+async def test_another_key_reaches_nothing_of_a_stored_response_by_any_route(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Key B holding key A's response id and item id (from a log line, a trace, a
+    screenshot): retrieve, input_items, delete, previous_response_id, item_reference,
+    over HTTP and over a socket, all answer as for an unknown id, and A's response is
+    still there afterwards (B's delete deleted nothing)."""
+    async with chat_proxy(auth=KEYS) as proxy:
+        first = await proxy.request(TURN1_REQUEST, headers=key("sk-a"))
+        rid = first.events()[-1]["response"]["id"]
+        item_id = next(
+            e["item"]["id"] for e in first.events() if e["type"] == "response.output_item.done"
+        )
+        b = key("sk-b")
+        answers = [
+            await proxy.request(b"", method="GET", path=f"/v1/responses/{rid}", headers=b),
+            await proxy.request(
+                b"", method="GET", path=f"/v1/responses/{rid}/input_items", headers=b
+            ),
+            await proxy.request(b"", method="DELETE", path=f"/v1/responses/{rid}", headers=b),
+            await proxy.request({**TURN1_REQUEST, "previous_response_id": rid}, headers=b),
+            await proxy.request(
+                {**TURN1_REQUEST, "input": [{"type": "item_reference", "id": item_id}]}, headers=b
+            ),
+        ]
+        async with open_memory_socket(proxy.app, headers=b) as ws:
+            await ws.send(create(TURN1_REQUEST, previous_response_id=rid))
+            chained = await ws.frame()
+            await ws.send(create(TURN1_REQUEST, input=[{"type": "item_reference", "id": item_id}]))
+            referenced = await ws.frame()
+        still = await proxy.request(
+            b"", method="GET", path=f"/v1/responses/{rid}", headers=key("sk-a")
+        )
+    assert [a.status for a in answers] == [404, 404, 404, 400, 400]
+    assert answers[3].json()["error"]["code"] == "previous_response_not_found"
+    assert answers[4].json()["error"]["code"] == "item_not_found"
+    for frame in (chained, referenced):
+        assert isinstance(frame, dict) and frame["type"] == "error" and frame["status"] == 400
+    assert still.status == 200 and still.json()["id"] == rid
+    assert len(proxy.transport.requests) == 1  # nothing of B's went upstream
+
+
+async def test_a_compaction_is_one_upstream_request_about_the_size_of_the_clients(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Compaction as an amplifier: 2,000 of proxai's smallest compaction items (an
+    empty summary each, sealed by the client itself: the digest is no signature) and a
+    trigger make one summarizing request, and what goes upstream is about the client's
+    own bytes (each item becomes its summary message: the prefix and the summary)."""
+    from proxai.protocols.responses.compaction import Summary, seal
+
+    item = {"type": "compaction", "encrypted_content": seal(Summary(""))}
+    request = {
+        "model": "gpt-5",
+        "input": [item] * 2000 + [{"type": "compaction_trigger"}],
+        "stream": True,
+        "store": False,
+    }
+    async with chat_proxy() as proxy:
+        answer = await proxy.request(request)
+    sent = len(orjson.dumps(request))
+    assert answer.status == 200
+    (upstream,) = proxy.transport.requests  # one request for one compaction
+    # Measured 0.81x with the default prefix; the prompt is added once.
+    assert len(upstream.body) < sent + 2048
