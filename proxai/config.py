@@ -139,6 +139,9 @@ class ServerConfig:
     #: The largest conversation (input and output items, as JSON) a socket keeps
     #: for ``previous_response_id``.
     websocket_max_state_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=_positive_int)
+    #: Client sockets one key holds open at once, per process (an idle socket counts in
+    #: no other limit, yet keeps its conversation); over it the upgrade is a 429. 0: none.
+    websocket_max_per_key: int = attrs.field(default=32, validator=_non_negative_int)
 
 
 class UpstreamKind(enum.StrEnum):

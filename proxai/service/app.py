@@ -384,6 +384,10 @@ class ProxaiApp:
         if not self._clients:
             raise ProxyError(503, "proxai is not started", "server_error")
 
+    def tenant(self, incoming: Incoming) -> str:
+        """Whose key an admitted request or socket is (:func:`tenant_of`)."""
+        return tenant_of(self._keys, incoming.headers, incoming.sdk)
+
     async def admit_turn(self, incoming: Incoming, outcome: Outcome) -> Admission | None:
         """Admit one response of a socket: it counts in max_concurrent_streams and in
         its key's ``[limits]`` (raises the error its frame says)."""

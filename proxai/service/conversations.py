@@ -25,7 +25,14 @@ import attrs
 import orjson
 
 from ..errors import ProxyError
-from ..protocols.responses.history import expand, item_not_found, needs, previous_not_found
+from ..protocols.responses.history import (
+    expand,
+    item_not_found,
+    needs,
+    previous_not_found,
+    previous_too_large,
+    references_too_large,
+)
 from ..protocols.responses.record import ResponseRecord
 from ..protocols.responses.socket import new_response_id
 from ..state import ResponseStatus, StateStore, StoredResponse
@@ -74,20 +81,36 @@ class Conversations:
         storing = store and data.get("store") is not False and not upstream_keeps_state
         if named.previous_id is None and not named.references and not storing:
             return StatePlan(body, tenant)  # a request that uses no state pays nothing
+        # What the request pulls from the store (each reference as often as it is
+        # named) is bounded as a socket's conversation is: a few bytes naming stored
+        # work must not multiply it upstream, nor a chain grow it without end.
+        room = self.max_record_bytes
         prior: tuple[bytes, ...] | None = None
         if named.previous_id is not None:
             previous = await self.store.get(tenant, named.previous_id)
             if previous is not None:
                 prior = (*previous.input_items, *previous.output_items)
+                room -= sum(len(item) for item in prior)
+                if room < 0:
+                    raise previous_too_large(named.previous_id, self.max_record_bytes)
             elif not upstream_keeps_state:
                 raise previous_not_found(named.previous_id)
         resolved: dict[str, bytes] = {}
+        missing: set[str] = set()
         for index, item_id in named.references:
-            held = await self.store.item(tenant, item_id)
+            held = resolved.get(item_id)
+            if held is None and item_id not in missing:  # each id is looked up once
+                held = await self.store.item(tenant, item_id)
+                if held is not None:
+                    resolved[item_id] = held
+                elif not upstream_keeps_state:
+                    raise item_not_found(index, item_id)
+                else:
+                    missing.add(item_id)
             if held is not None:
-                resolved[item_id] = held
-            elif not upstream_keeps_state:
-                raise item_not_found(index, item_id)
+                room -= len(held)
+                if room < 0:
+                    raise references_too_large(index, self.max_record_bytes)
         expanded = prior is not None or bool(resolved)
         keep = None if prior is not None else named.previous_id
         sent, items = expand(data, prior=prior or (), resolved=resolved, keep_previous=keep)

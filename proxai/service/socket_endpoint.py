@@ -82,6 +82,8 @@ class SocketEndpoint:
     def __init__(self, app: ProxaiApp) -> None:
         self._app = app
         self._open: set[_Socket] = set()
+        #: Open (or being accepted) sockets by tenant: ``server.websocket_max_per_key``.
+        self._per_key: dict[str, int] = {}
 
     def snapshots(self) -> list[SocketSnapshot]:
         now = trio.current_time()
@@ -122,6 +124,7 @@ class SocketEndpoint:
         started = trio.current_time()
         try:
             self._check_upgrade(scope, incoming)
+            tenant = self._hold_place(incoming)  # no wait between its check and count
         except ProxyError as exc:
             headers, body = app.error_response(exc, incoming)
             can_answer = "websocket.http.response" in scope.get("extensions", {})
@@ -131,7 +134,11 @@ class SocketEndpoint:
             app.count_websocket(str(exc.status))
             app.report(upgrade, counted=False)
             return
-        await socket.accept()
+        try:
+            await socket.accept()
+        except BaseException:
+            self._free_place(tenant)
+            raise
         state = _Socket(
             socket_id,
             socket,
@@ -152,6 +159,7 @@ class SocketEndpoint:
                     server.websocket_max_queued,
                     server.websocket_max_age,
                     app.config.timeouts.client_write,
+                    server.max_request_body_bytes,
                 ),
                 state.stats,
                 draining=app.draining,
@@ -160,6 +168,7 @@ class SocketEndpoint:
             upgrade.kind = OutcomeKind.COMPLETED
         finally:
             self._open.discard(state)
+            self._free_place(tenant)
             state.conversation.forget()
             app.count_websocket(None, opened=-1)
             with trio.CancelScope(shield=True), trio.move_on_after(5):
@@ -195,6 +204,30 @@ class SocketEndpoint:
                 code="websocket_not_supported",
             )
         app.admit_socket(incoming)
+
+    def _hold_place(self, incoming: Incoming) -> str:
+        """Count the socket in its key's ``server.websocket_max_per_key`` (raises the
+        429 past it); the key's tenant, whose place :meth:`_free_place` frees."""
+        tenant = self._app.tenant(incoming)
+        limit = self._app.config.server.websocket_max_per_key
+        held = self._per_key.get(tenant, 0)
+        if limit and held >= limit:
+            raise ProxyError(
+                429,
+                f"this key already has {limit} WebSockets open on this proxai "
+                "(server.websocket_max_per_key): close one, or use POST /v1/responses",
+                "requests",
+                code="too_many_websockets",
+                headers=((b"retry-after", b"1"),),
+                kind=OutcomeKind.RATE_LIMITED,
+            )
+        self._per_key[tenant] = held + 1
+        return tenant
+
+    def _free_place(self, tenant: str) -> None:
+        held = self._per_key.pop(tenant, 1) - 1
+        if held > 0:
+            self._per_key[tenant] = held
 
     # -- a turn ----------------------------------------------------------------------
 

@@ -5,7 +5,8 @@ A socket runs in one nursery of two tasks linked by a bounded channel::
     client ──frames──▶ receiver ──(queue: websocket_max_queued)──▶ runner ──▶ turns
 
 - the **receiver** is the only task that reads the socket: text frames go to the
-  queue (a frame that finds it full is answered with an error frame at once); a
+  queue (a frame that finds it full, in frames or in the characters of one request
+  body, is answered with an error frame at once); a
   binary frame closes the socket with 1003, one past ``max_request_body_bytes``
   with 1009; the client going away sets :attr:`ClientSocket.gone`, which the turn in
   flight watches like an HTTP client's disconnect (its relay closes the upstream);
@@ -42,6 +43,9 @@ class SocketLimits:
     max_age: float
     #: ``timeouts.client_write``: how long proxai's own frames may wait on the client.
     write_timeout: float
+    #: The characters the queued frames may hold together (``max_request_body_bytes``:
+    #: what one request in flight holds), whatever their count.
+    max_queued_chars: int
 
 
 @attrs.define
@@ -51,17 +55,24 @@ class SocketStats:
     opened_at: float
     frames_in: int = 0
     queued: int = 0
+    #: The characters of the queued frames.
+    queued_chars: int = 0
     in_turn: bool = False
     #: Why the socket ended: "client closed (1000)", "websocket_max_age", ...
     ended_by: str | None = None
 
 
-def _queue_full(limit: int) -> bytes:
+def _queue_full(limit: int, chars: int | None = None) -> bytes:
+    waiting = (
+        f"more than {limit} response.create frames are waiting on this socket "
+        "(server.websocket_max_queued)"
+        if chars is None
+        else f"the response.create frames waiting on this socket would hold more than "
+        f"{chars} characters (server.max_request_body_bytes)"
+    )
     error = ProxyError(
         400,
-        f"more than {limit} response.create frames are waiting on this socket "
-        "(server.websocket_max_queued): this one was dropped; a socket runs its "
-        "responses one at a time",
+        f"{waiting}: this one was dropped; a socket runs its responses one at a time",
         "invalid_request_error",
         code="websocket_queue_full",
     )
@@ -105,20 +116,29 @@ async def run_socket(
                     )
                     return
                 stats.frames_in += 1
-                try:
-                    send.send_nowait(frame)
-                except trio.BrokenResourceError:
-                    # The runner has ended (a drain, the age limit) and is closing the
-                    # socket: a frame that comes meanwhile is dropped with it.
-                    return
-                except trio.WouldBlock:
-                    if not await socket.send_within(
-                        _queue_full(limits.max_queued), limits.write_timeout
-                    ):
-                        stats.ended_by = "client stopped reading"
-                        return
+                refusal = None
+                if stats.queued and stats.queued_chars + len(frame) > limits.max_queued_chars:
+                    # Frames behind a turn that runs (or a client that reads nothing)
+                    # hold at most one request body, however many the count allows.
+                    refusal = _queue_full(limits.max_queued, limits.max_queued_chars)
                 else:
-                    stats.queued += 1
+                    try:
+                        send.send_nowait(frame)
+                    except trio.BrokenResourceError:
+                        # The runner has ended (a drain, the age limit) and is closing
+                        # the socket: a frame that comes meanwhile is dropped with it.
+                        return
+                    except trio.WouldBlock:
+                        refusal = _queue_full(limits.max_queued)
+                    else:
+                        stats.queued += 1
+                        stats.queued_chars += len(frame)
+                del frame  # a refused frame is not held while its error frame waits
+                if refusal is not None and not await socket.send_within(
+                    refusal, limits.write_timeout
+                ):
+                    stats.ended_by = "client stopped reading"
+                    return
 
     async def runner() -> None:
         async with receive:
@@ -132,6 +152,7 @@ async def run_socket(
                 if scope.cancelled_caught:
                     break
                 stats.queued -= 1
+                stats.queued_chars -= len(text)
                 stats.in_turn = True
                 try:
                     if not await handle(text):

@@ -169,3 +169,29 @@ async def test_a_closed_store_answers_nothing() -> None:
         await store.aclose()
         with pytest.raises(StateUnavailable, match="closed"):
             await store.get(A, "resp_1")
+
+
+async def test_an_id_cannot_leave_its_tenant_s_namespace() -> None:
+    """Ids come from clients: a key's hash tag (``{...}``), a glob (``*``), a newline,
+    a NUL, a Lua pattern, another tenant's digest and a colon, or the name of a record
+    key, are text inside their own tenant's key, never another key's: every key stays
+    under the prefix and the tenant, another tenant sees none of them, and a delete
+    drops exactly the record's own."""
+    b = "b" * 64
+    odd = ["{proxai}*", "x\ny", "nul\x00byte", "%d+ (.+)$", f"{b}:m", "resp:" + b, "../*"]
+    outputs = tuple(item("message", i) for i in odd)
+    async with open_redis() as redis, open_store(redis_config(redis)) as store:
+        await store.put(record("resp_1", outputs=outputs))
+        await store.put(record("resp_1", tenant=b))  # B's own response of the same id
+        for item_id in odd:
+            assert await store.item(A, item_id) == item("message", item_id)
+            assert await store.item(b, item_id) is None
+        async with coredis.Redis.from_url(redis.url) as client:
+            keys = set(await client.keys("*"))
+            assert len(keys) == 2 + len(odd) + 1  # two records, A's pointers, B's one
+            ours = {k for k in keys if k.startswith(f"test:item:{A}:".encode())}
+            assert ours == {f"test:item:{A}:{i}".encode() for i in odd}
+            assert await store.delete(A, "resp_1") is True
+            left = set(await client.keys("*"))
+        assert left == {f"test:resp:{b}:resp_1".encode(), f"test:item:{b}:msg_resp_1".encode()}
+        assert await store.get(b, "resp_1") is not None

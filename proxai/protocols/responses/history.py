@@ -21,7 +21,21 @@ import orjson
 
 from ...errors import ProxyError
 
-__all__ = ["Needs", "expand", "input_items", "needs", "previous_not_found"]
+__all__ = [
+    "MAX_ITEM_REFERENCES",
+    "Needs",
+    "expand",
+    "input_items",
+    "needs",
+    "previous_not_found",
+    "previous_too_large",
+    "references_too_large",
+]
+
+#: The distinct ``item_reference`` ids one request may name: each is a lookup in the
+#: state store (a Redis round trip), so a request of references must not cost the
+#: store in proportion to a body of up to ``max_request_body_bytes``.
+MAX_ITEM_REFERENCES = 1024
 
 
 @attrs.frozen
@@ -53,6 +67,7 @@ def needs(body: Mapping[str, Any]) -> Needs:
             "'previous_response_id' must be a string", param="previous_response_id"
         )
     references: list[tuple[int, str]] = []
+    distinct: set[str] = set()
     items = body.get("input")
     if isinstance(items, list):
         for index, item in enumerate(items):
@@ -62,6 +77,14 @@ def needs(body: Mapping[str, Any]) -> Needs:
                     raise ProxyError.invalid_request(
                         "an item_reference needs the 'id' of the item it names",
                         param=f"input[{index}].id",
+                    )
+                distinct.add(item_id)
+                if len(distinct) > MAX_ITEM_REFERENCES:
+                    raise ProxyError.invalid_request(
+                        f"a request may name at most {MAX_ITEM_REFERENCES} distinct items "
+                        "in item_reference items; send the others' content itself",
+                        param=f"input[{index}]",
+                        code="too_many_item_references",
                     )
                 references.append((index, item_id))
     return Needs(previous or None, tuple(references))
@@ -75,6 +98,30 @@ def previous_not_found(response_id: str, why: str = "") -> ProxyError:
         "invalid_request_error",
         param="previous_response_id",
         code="previous_response_not_found",
+    )
+
+
+def previous_too_large(response_id: str, limit: int) -> ProxyError:
+    """A ``previous_response_id`` whose stored conversation is past what one request may
+    pull from the store: the client sends the whole context (or compacts it)."""
+    return previous_not_found(
+        response_id,
+        f" It is not expanded: its conversation is larger than {limit} bytes "
+        "(server.websocket_max_state_bytes); send the whole context",
+    )
+
+
+def references_too_large(index: int, limit: int) -> ProxyError:
+    """The ``item_reference`` at ``index`` takes what the request pulls from the store
+    past ``limit``: a few bytes naming a large item must not multiply it."""
+    return ProxyError(
+        400,
+        f"the items this request names (previous_response_id and item_reference) come to "
+        f"more than {limit} bytes (server.websocket_max_state_bytes) at input[{index}]; "
+        "send the items' content itself",
+        "invalid_request_error",
+        param=f"input[{index}]",
+        code="item_references_too_large",
     )
 
 
