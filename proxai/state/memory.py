@@ -12,15 +12,17 @@ calls never wait, so they never time out). Two orders are kept over the same rec
 
 An item's index entry names the record that holds it and goes with that record (an
 item seen again in a later response, as its input, is indexed to the later one).
-Memory is linear in what is held: the records, two dictionary entries each, and one
-entry per indexed item.
+The owners of an upstream's ids (:meth:`MemoryState.claim`) are entries of the same two
+orders, counted in ``max_bytes`` and expired by ``ttl`` as records are. Memory is linear
+in what is held: the records and owners, two dictionary entries each, and one entry per
+indexed item.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import attrs
 
@@ -30,13 +32,19 @@ from .store import RecordTooLarge
 __all__ = ["MemoryState", "MemoryStore"]
 
 _Key = tuple[str, str]  # (tenant, id)
+#: The tenant slot of an owner's key: a tenant is hex or ``unauthenticated``, never this.
+_OWNER = "owner:"
+#: What an owner entry costs besides its id and tenant (its entries in both orders).
+OWNER_OVERHEAD = 192
 
 
 @attrs.define
 class _Entry:
-    record: StoredResponse
+    #: ``None``: an owner entry (``owner`` says whose the id is).
+    record: StoredResponse | None
     size: int
     expires_at: float
+    owner: str = ""
 
 
 class MemoryState:
@@ -63,7 +71,7 @@ class MemoryState:
         self._expire()
         key = (tenant, response_id)
         entry = self._by_use.get(key)
-        if entry is None:
+        if entry is None or entry.record is None:
             return None
         self._by_use.move_to_end(key)
         return entry.record
@@ -78,12 +86,40 @@ class MemoryState:
         self._expire()
         key = (record.tenant, record.id)
         self._drop(key)
-        self._by_use[key] = _Entry(record, size, self._clock() + self.ttl)
-        self._by_age[key] = None
-        self.bytes += size
+        self._add(key, _Entry(record, size, self._clock() + self.ttl))
         for place, item_id in enumerate(record.item_ids):
             if item_id is not None:
                 self._items[(record.tenant, item_id)] = (record.id, place)
+        self._evict()
+
+    def claim(self, tenant: str, ids: Sequence[str]) -> None:
+        self._expire()
+        expires_at = self._clock() + self.ttl
+        for claimed in ids:
+            key = (_OWNER, claimed)
+            if key in self._by_use:  # the first owner stays
+                self._by_use.move_to_end(key)
+                continue
+            size = len(claimed) + len(tenant) + OWNER_OVERHEAD
+            self._add(key, _Entry(None, size, expires_at, tenant))
+        self._evict()
+
+    def owners(self, ids: Sequence[str]) -> tuple[str | None, ...]:
+        self._expire()
+        found: list[str | None] = []
+        for claimed in ids:
+            entry = self._by_use.get((_OWNER, claimed))
+            if entry is not None:
+                self._by_use.move_to_end((_OWNER, claimed))  # a use, as a get is
+            found.append(None if entry is None else entry.owner)
+        return tuple(found)
+
+    def _add(self, key: _Key, entry: _Entry) -> None:
+        self._by_use[key] = entry
+        self._by_age[key] = None
+        self.bytes += entry.size
+
+    def _evict(self) -> None:
         while self.bytes > self.max_bytes:
             self._drop(next(iter(self._by_use)))
 
@@ -99,6 +135,7 @@ class MemoryState:
         holder, place = found
         self._by_use.move_to_end((tenant, holder))  # a use, as a get is
         record = self._by_use[(tenant, holder)].record
+        assert record is not None  # an item's index names records only
         inputs = len(record.input_items)
         return record.input_items[place] if place < inputs else record.output_items[place - inputs]
 
@@ -124,6 +161,8 @@ class MemoryState:
             return False
         del self._by_age[key]
         self.bytes -= entry.size
+        if entry.record is None:
+            return True
         tenant, response_id = key
         for item_id in entry.record.item_ids:
             if item_id is not None:
@@ -152,6 +191,12 @@ class MemoryStore:
 
     async def item(self, tenant: str, item_id: str) -> bytes | None:
         return self.state.item(tenant, item_id)
+
+    async def claim(self, tenant: str, ids: Sequence[str]) -> None:
+        self.state.claim(tenant, ids)
+
+    async def owners(self, ids: Sequence[str]) -> tuple[str | None, ...]:
+        return self.state.owners(ids)
 
     async def aclose(self) -> None:
         self.state.clear()

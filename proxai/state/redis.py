@@ -5,7 +5,9 @@ never holds a colon):
 
 - ``P resp:<tenant>:<id>``: the record's bytes (:meth:`StoredResponse.to_bytes`);
 - ``P item:<tenant>:<item id>``: ``"<offset> <length> <record key>"``, where the item
-  lies in the record it was last stored with.
+  lies in the record it was last stored with;
+- ``P owner:<id>``: the tenant that claimed an id an upstream that keeps state minted
+  (one script sets them ``NX`` with the store's TTL, one ``MGET`` reads them).
 
 Both are written by one Lua script with the same ``PX`` TTL, so Redis expires a record
 and its index together and one round trip stores them; ``get`` is one ``GET``, an item
@@ -25,7 +27,7 @@ order (its answer, if it comes, is read and dropped).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -86,6 +88,16 @@ if not rec then return false end
 local value = redis.call('GETRANGE', rec, tonumber(s), tonumber(s) + tonumber(n) - 1)
 if value == '' then return false end
 return value
+"""
+)
+
+# KEYS: owner keys; ARGV: tenant, ttl ms. The first owner stays (NX).
+_CLAIM: Script[bytes] = Script(
+    script="""
+for i = 1, #KEYS do
+  redis.call('SET', KEYS[i], ARGV[1], 'NX', 'PX', ARGV[2])
+end
+return 1
 """
 )
 
@@ -211,6 +223,23 @@ class RedisStore:
         keys = [self._items_prefix(tenant) + item_id]
         found: Any = await self._call(lambda client: _ITEM(keys=keys, client=client))
         return found if isinstance(found, bytes) else None
+
+    def _owner_key(self, claimed: str) -> str:
+        return f"{self._prefix}owner:{claimed}"
+
+    async def claim(self, tenant: str, ids: Sequence[str]) -> None:
+        if not ids:
+            return
+        keys = [self._owner_key(i) for i in ids]
+        args: list[str | bytes | int] = [tenant, self._ttl_ms]
+        await self._call(lambda client: _CLAIM(keys=keys, args=args, client=client))
+
+    async def owners(self, ids: Sequence[str]) -> tuple[str | None, ...]:
+        if not ids:
+            return ()
+        keys = [self._owner_key(i) for i in ids]
+        found: Any = await self._call(lambda client: client.mget(keys))
+        return tuple(v.decode() if isinstance(v, bytes) else None for v in found)
 
 
 @asynccontextmanager

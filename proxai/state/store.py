@@ -1,15 +1,17 @@
 """The state backends' one interface, their failures, and the factory that opens one.
 
 The interface is small on purpose: a record in, a record or one item out, by tenant
-and id. Expanding history, resolving references and bounding are done above it (and,
-for the memory backend, in :mod:`proxai.state.memory`'s sans-io core), so that both
-backends pass the same contract tests and a third would need only these five methods.
+and id; and the owners of the ids an upstream that keeps state minted, by id alone.
+Expanding history, resolving references, bounding and deciding who may name an id are
+done above it (and, for the memory backend, in :mod:`proxai.state.memory`'s sans-io
+core), so that both backends pass the same contract tests and a third would need only
+these seven methods.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Protocol
 
@@ -61,6 +63,15 @@ class StateStore(Protocol):
 
     async def item(self, tenant: str, item_id: str) -> bytes | None:
         """The JSON of an item of a stored response (``item_reference``), by its id."""
+        ...
+
+    async def claim(self, tenant: str, ids: Sequence[str]) -> None:
+        """Record ``ids`` (a response and its items, minted by an upstream that keeps
+        state) as ``tenant``'s, for ``ttl``; an id already claimed keeps its owner."""
+        ...
+
+    async def owners(self, ids: Sequence[str]) -> tuple[str | None, ...]:
+        """The tenant that claimed each id (``None``: unknown, expired or evicted)."""
         ...
 
     async def aclose(self) -> None:

@@ -114,3 +114,34 @@ async def test_ids_are_taken_as_they_are(backend: Backend) -> None:
     assert await backend.store.get(A, "resp_a") is None
     assert await backend.store.delete(A, odd) is True
     assert await backend.store.item(A, "it:em %s") is None
+
+
+# -- the owners of an upstream's ids ------------------------------------------------------
+
+
+async def test_claimed_ids_answer_their_owner_and_unknown_ones_none(backend: Backend) -> None:
+    assert await backend.store.owners([]) == ()
+    await backend.store.claim(A, ["resp_up", "msg_up"])
+    await backend.store.claim(B, ["resp_b"])
+    assert await backend.store.owners(["resp_up", "resp_b", "resp_none", "msg_up"]) == (
+        A,
+        B,
+        None,
+        A,
+    )
+    await backend.store.claim(A, [])
+
+
+async def test_a_claimed_id_keeps_its_first_owner(backend: Backend) -> None:
+    """Nobody takes over an id already claimed (a later claim of it is no transfer)."""
+    await backend.store.claim(A, ["resp_up"])
+    await backend.store.claim(B, ["resp_up"])
+    assert await backend.store.owners(["resp_up"]) == (A,)
+
+
+async def test_owners_are_not_records_and_expire_with_the_ttl(backend: Backend) -> None:
+    await backend.store.claim(A, ["resp_up"])
+    assert await backend.store.get(A, "resp_up") is None  # an owner is not a stored response
+    assert await backend.store.delete(A, "resp_up") is False
+    await backend.expire_all()
+    assert await backend.store.owners(["resp_up"]) == (None,)

@@ -74,3 +74,22 @@ async def test_open_store_gives_a_memory_store_by_default(fake_clock: FakeClock)
         assert await store.get(A, "resp_1") is not None
         fake_clock.advance(1.0)
         assert await store.get(A, "resp_1") is None
+
+
+def test_owners_count_in_max_bytes_and_the_least_recently_used_go_first(
+    fake_clock: FakeClock,
+) -> None:
+    """The owners of an upstream's ids are bounded with the records: claiming far past
+    ``max_bytes`` keeps the bytes under it, forgetting the least recently used."""
+    state = MemoryState(max_bytes=64 * 1024, ttl=60.0, clock=fake_clock)
+    state.put(record("resp_kept"))
+    state.claim("a" * 64, ["resp_first"])
+    for n in range(10_000):
+        state.claim("a" * 64, [f"resp_{n:040}"])
+        if n % 100 == 0:
+            state.get("a" * 64, "resp_kept")  # used: it stays
+    assert state.bytes <= state.max_bytes
+    assert state.owners(["resp_first", f"resp_{9999:040}"]) == (None, "a" * 64)
+    assert state.get("a" * 64, "resp_kept") is not None
+    fake_clock.advance(61.0)
+    assert state.owners([f"resp_{9999:040}"]) == (None,) and state.bytes == 0
