@@ -375,6 +375,10 @@ class StateConfig:
     timeout: float = attrs.field(default=1.0, validator=_positive)
     #: Prefix of every Redis key proxai writes (one Redis shared by several deployments).
     key_prefix: str = "proxai:"
+    #: With several client keys, an id an upstream that keeps state minted that the
+    #: index of whose each is does not know (made outside proxai, before it kept the
+    #: index, or forgotten) is refused as unknown; ``true`` forwards it (docs/state.md).
+    forward_unknown_upstream_ids: bool = False
 
 
 #: ``[compaction] prompt`` by default: the last message of the summarizing request.

@@ -182,6 +182,7 @@ def test_state_defaults_to_memory_and_takes_a_redis_url(tmp_path: Path) -> None:
     state = load_config(write(tmp_path, upstream)).state
     assert (state.backend, state.url, state.max_bytes) == ("memory", None, 256 * 1024 * 1024)
     assert (state.ttl, state.timeout, state.key_prefix) == (30 * 24 * 3600.0, 1.0, "proxai:")
+    assert state.forward_unknown_upstream_ids is False  # refused where tenants share a key
     text = upstream + '[state]\nbackend = "redis"\nurl = "rediss://u:secret@r:6380/2"\nttl = 60\n'
     state = load_config(write(tmp_path, text)).state
     assert (state.backend, state.url, state.ttl) == ("redis", "rediss://u:secret@r:6380/2", 60.0)
@@ -196,6 +197,10 @@ def test_state_defaults_to_memory_and_takes_a_redis_url(tmp_path: Path) -> None:
         ('[state]\nurl = "http://u:pw@r"\n', r"state\.url: must be a redis://"),
         ("[state]\nmax_bytes = 0\n", r"state\.max_bytes: must be a positive integer"),
         ("[state]\ntimeout = 0\n", r"state\.timeout: must be a positive number"),
+        (
+            '[state]\nforward_unknown_upstream_ids = "yes"\n',
+            r"state\.forward_unknown_upstream_ids: expected a boolean",
+        ),
     ],
 )
 def test_state_mistakes_name_the_key(tmp_path: Path, text: str, named: str) -> None:

@@ -106,6 +106,11 @@ class ClientKeys:
             raise ConfigError("auth: no client keys configured (auth.keys / auth.keys_file)")
         return cls(digests)
 
+    @property
+    def tenants(self) -> int:
+        """How many tenants the keys make (one per distinct key)."""
+        return len(set(self._digests))
+
     def has_digest(self, digest: bytes) -> bool:
         """Whether ``digest`` is one of the configured keys' (configuration checks)."""
         return digest in self._digests

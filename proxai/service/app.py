@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -33,6 +33,7 @@ from ..policy.auth import ClientKeys, tenant_of
 from ..policy.browser import BrowserPolicy, BrowserRequest, Verdict, is_loopback
 from ..policy.retry import RetryBudget, RetryPlan
 from ..policy.target import check_head_size, check_path, check_target
+from ..policy.upstream_ids import Isolation
 from ..protocols.responses.record import ResponseRecord
 from ..protocols.table import UPSTREAM_PROTOCOLS
 from ..relay.exchange import Exchange, ProxiedRequest, UpstreamTarget
@@ -164,7 +165,9 @@ class ProxaiApp:
         ``nursery`` (the lifespan's), where it stays until :meth:`shutdown`."""
         store: StateStore = await nursery.start(self._hold_store)
         self._conversations = Conversations(
-            store, max_record_bytes=self.config.server.websocket_max_state_bytes
+            store,
+            max_record_bytes=self.config.server.websocket_max_state_bytes,
+            isolation=self._isolation(),
         )
         self._limits.open(store)
         self._clients = {
@@ -195,6 +198,12 @@ class ProxaiApp:
         self._conversations = None
         self._limits.close()
         self._holding_store.cancel()  # the store closes in its task (shielded, bounded)
+
+    def _isolation(self) -> Isolation | None:
+        """The check of an upstream's ids, where several tenants share its key."""
+        if self._keys is None or not Isolation.applies(self._keys.tenants):
+            return None
+        return Isolation(forward_unknown=self.config.state.forward_unknown_upstream_ids)
 
     async def _hold_store(self, *, task_status: trio.TaskStatus[StateStore]) -> None:
         self._holding_store = trio.CancelScope()
@@ -524,12 +533,18 @@ class ProxaiApp:
         outcome.bytes_request = len(body)
         if await self._answer_stored(incoming, downstream, outcome):
             return
+        if self._conversations is not None:
+            await self._conversations.guard_path(
+                incoming.method, incoming.route_path, tenant=self.tenant(incoming)
+            )
         planned = await self._exchange(incoming, body, downstream, outcome, clients, trace)
         if planned is None:
             return
         exchange, state = planned
         if state is not None and state.stored is not None:
             downstream = self._storing(incoming, state, downstream, outcome)
+        elif state is not None and state.claims:
+            downstream = self._claiming(state, downstream, outcome)
         on_attempt = self._metrics.attempt if self._metrics is not None else None
         relay = Relay(
             exchange, downstream, outcome, tap=capture, on_attempt=on_attempt, trace=trace
@@ -642,6 +657,26 @@ class ProxaiApp:
             outcome.stored_as = record.response_id
 
         return StoringDownstream(downstream, conversations.record(), save)
+
+    def _claiming(self, state: StatePlan, downstream: Downstream, outcome: Outcome) -> Downstream:
+        """The client's downstream, claiming the upstream's ids of the response for its
+        tenant: its id before its first event goes out, its items' before its terminal.
+        A claim the store does not take leaves the ids unknown (a warning), the response
+        served."""
+        conversations = self._conversations
+        assert conversations is not None
+
+        async def claim(response_id: str, item_ids: Sequence[str] = ()) -> None:
+            try:
+                await conversations.claim(state.tenant, response_id, item_ids)
+            except StateUnavailable as exc:
+                outcome.warnings.append(f"the response's ids were not claimed: {exc.message}")
+
+        async def save(record: ResponseRecord) -> None:
+            if record.response_id is not None:
+                await claim(record.response_id, record.item_ids)
+
+        return StoringDownstream(downstream, conversations.id_record(), save, claim)
 
     def _about_stored(self, incoming: Incoming) -> bool:
         """A retrieve, input-items list or delete of a response (proxai's, perhaps)."""

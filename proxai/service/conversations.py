@@ -12,19 +12,27 @@ to do so; proxai stores only what an upstream that keeps nothing answers.
 ``GET /v1/responses/{id}``, ``GET /v1/responses/{id}/input_items`` and ``DELETE
 /v1/responses/{id}`` are answered here for the responses proxai stored
 (:meth:`Conversations.answer`); other ids go to the upstream.
+
+Where several tenants share the upstream's key (:class:`~proxai.policy.upstream_ids.Isolation`),
+the ids an upstream that keeps state minted are claimed for the tenant whose response
+they are (:meth:`Conversations.claim`), and a request naming one proxai does not hold
+(by its path, ``previous_response_id`` or ``item_reference``) goes upstream only if the
+index says it is the request's tenant's: another's, or unknown, is answered as an id
+nobody holds (:meth:`Conversations.guard_path`, and in :meth:`Conversations.prepare`).
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 import orjson
 
 from ..errors import ProxyError
+from ..policy.upstream_ids import Isolation, named_in_path
 from ..protocols.responses.history import (
     expand,
     item_not_found,
@@ -56,14 +64,20 @@ class StatePlan:
     #: The request's whole input as JSON items, and its instructions (for the record).
     items: tuple[bytes, ...] = ()
     instructions: Any = None
+    #: Set when the upstream's ids of the response are claimed for ``tenant``.
+    claims: bool = False
 
 
 class Conversations:
     """The stored responses of one proxai (its ``[state]`` store)."""
 
-    def __init__(self, store: StateStore, *, max_record_bytes: int) -> None:
+    def __init__(
+        self, store: StateStore, *, max_record_bytes: int, isolation: Isolation | None = None
+    ) -> None:
         self.store = store
         self.max_record_bytes = max_record_bytes
+        #: ``None``: one tenant, nothing to isolate (and no store call for it).
+        self.isolation = isolation
 
     async def prepare(
         self,
@@ -79,8 +93,15 @@ class Conversations:
         ``store`` false: never (a compaction)."""
         named = needs(data)
         storing = store and data.get("store") is not False and not upstream_keeps_state
+        claims = (
+            self.isolation is not None
+            and upstream_keeps_state
+            and store
+            and data.get("store") is not False
+        )
         if named.previous_id is None and not named.references and not storing:
-            return StatePlan(body, tenant)  # a request that uses no state pays nothing
+            # A request that uses no state pays nothing (but its claim, once answered).
+            return StatePlan(body, tenant, claims=claims)
         # What the request pulls from the store (each reference as often as it is
         # named) is bounded as a socket's conversation is: a few bytes naming stored
         # work must not multiply it upstream, nor a chain grow it without end.
@@ -111,6 +132,9 @@ class Conversations:
                 room -= len(held)
                 if room < 0:
                     raise references_too_large(index, self.max_record_bytes)
+        if upstream_keeps_state:
+            unheld = named.previous_id if prior is None else None
+            await self._check_upstream_ids(tenant, unheld, named.references, missing)
         expanded = prior is not None or bool(resolved)
         keep = None if prior is not None else named.previous_id
         sent, items = expand(data, prior=prior or (), resolved=resolved, keep_previous=keep)
@@ -121,7 +145,54 @@ class Conversations:
             stored,
             items if storing else (),
             data.get("instructions"),
+            claims,
         )
+
+    # -- the ids an upstream that keeps state minted -------------------------------------
+
+    async def _check_upstream_ids(
+        self,
+        tenant: str,
+        previous: str | None,
+        references: tuple[tuple[int, str], ...],
+        missing: set[str],
+    ) -> None:
+        """Raise what an unknown id gets for the first id proxai does not hold that the
+        index does not say is ``tenant``'s (one lookup for all of them)."""
+        if self.isolation is None or (previous is None and not missing):
+            return
+        asked: list[tuple[int | None, str]] = [] if previous is None else [(None, previous)]
+        seen: set[str] = set()
+        for at, item_id in references:
+            if item_id in missing and item_id not in seen:
+                seen.add(item_id)
+                asked.append((at, item_id))
+        owners = await self.store.owners([name for _, name in asked])
+        refused = self.isolation.first_refused(tenant, owners)
+        if refused is None:
+            return
+        place, name = asked[refused]
+        raise previous_not_found(name) if place is None else item_not_found(place, name)
+
+    async def guard_path(self, method: str, path: str, *, tenant: str) -> None:
+        """Before a request whose path names a response proxai does not hold goes
+        upstream: the 404 of an unknown id unless the index says it is ``tenant``'s."""
+        if self.isolation is None:
+            return
+        response_id = named_in_path(method, path)
+        if response_id is None:
+            return
+        (owner,) = await self.store.owners([response_id])
+        if not self.isolation.forwards(tenant, owner):
+            raise response_not_found(response_id)
+
+    def id_record(self) -> ResponseRecord:
+        """What following an answer for :meth:`claim` keeps: its ids, not its items."""
+        return ResponseRecord(self.max_record_bytes, ids_only=True)
+
+    async def claim(self, tenant: str, response_id: str, item_ids: Sequence[str] = ()) -> None:
+        """Record the upstream's ids of a response as ``tenant``'s (the first owner stays)."""
+        await self.store.claim(tenant, [response_id, *item_ids])
 
     def record(self) -> ResponseRecord:
         return ResponseRecord(self.max_record_bytes)

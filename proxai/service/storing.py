@@ -7,6 +7,11 @@ and calls ``save`` *before* the bytes holding the terminal event go out: SDKs an
 agents send the next turn the moment they see the terminal, possibly to another
 proxai, so the response must already be stored. A whole (non-streamed) answer is
 held until it is stored, up to ``max_bytes``; past that it is sent on unstored.
+
+It also claims the ids an upstream that keeps state minted for the client's tenant
+(:mod:`proxai.policy.upstream_ids`): ``on_id`` is awaited when a stream's id is known
+(its ``response.created``), before that event goes out, so that a background response
+polled or cancelled at once is already the tenant's; ``save`` then claims its items.
 """
 
 from __future__ import annotations
@@ -22,15 +27,19 @@ from ..wire.sse import SSEFramer
 __all__ = ["StoringDownstream"]
 
 Save = Callable[[ResponseRecord], Awaitable[None]]
+OnId = Callable[[str], Awaitable[None]]
 
 
 class StoringDownstream:
     """A :class:`Downstream` that stores the Responses answer passing through it."""
 
-    def __init__(self, inner: Downstream, record: ResponseRecord, save: Save) -> None:
+    def __init__(
+        self, inner: Downstream, record: ResponseRecord, save: Save, on_id: OnId | None = None
+    ) -> None:
         self._inner = inner
         self._record = record
         self._save = save
+        self._on_id = on_id
         self._framer: SSEFramer | None = None
         self._held: list[bytes] | None = None
         self._held_bytes = 0
@@ -51,6 +60,9 @@ class StoringDownstream:
                 if frame.data is not None:
                     self._record.event(frame.data)
                     ended = ended or (is_terminal(frame.data) and self._record.terminal is not None)
+            if self._on_id is not None and self._record.response_id is not None:
+                on_id, self._on_id = self._on_id, None
+                await on_id(self._record.response_id)
             if ended:
                 await self._store()
         elif self._held is not None:

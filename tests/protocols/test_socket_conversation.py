@@ -19,6 +19,7 @@ from proxai.protocols.responses.socket import (
     read_frame,
     warm_up_events,
 )
+from proxai.testing.seed import TURN1_EVENTS
 
 USER = {"type": "message", "role": "user", "content": "hi"}
 CALL = {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f", "arguments": "{}"}
@@ -262,3 +263,14 @@ def test_error_frames_carry_the_pacing_headers_in_both_places() -> None:
     )
     plain = orjson.loads(error_frame(502, b"bad gateway", []))
     assert plain["error"]["type"] == "server_error" and "headers" not in plain
+
+
+def test_a_record_of_ids_only_keeps_the_item_ids_within_its_bound() -> None:
+    """What claiming an upstream's ids follows: the ids, never the items' bytes."""
+    record = ResponseRecord(20, ids_only=True)
+    for event in TURN1_EVENTS:
+        record.event(orjson.dumps(event))
+    assert (record.response_id, record.item_ids, record.items) == ("resp_01", ["fc_01"], [])
+    for n in range(5):
+        record._keep({"type": "message", "id": f"msg_{n:05}"})
+    assert record.overflowed and record.item_ids == []  # past 20 bytes of ids: none

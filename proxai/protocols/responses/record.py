@@ -42,6 +42,10 @@ class ResponseRecord:
     overflowed: bool = False
     #: The terminal event's ``response`` object.
     response: dict[str, Any] | None = None
+    #: Keep only the output items' ids (:attr:`item_ids`), not their bytes: what
+    #: claiming an upstream's ids needs, for no more memory than the ids.
+    ids_only: bool = False
+    item_ids: list[str] = attrs.field(factory=list)
 
     def event(self, data: bytes) -> None:
         if _ITEM_DONE in data:
@@ -88,6 +92,15 @@ class ResponseRecord:
     def _keep(self, item: dict[str, Any]) -> None:
         """Keep an output item, up to ``max_bytes`` of them (past it: none, overflowed)."""
         if self.overflowed:
+            return
+        if self.ids_only:
+            item_id = item.get("id")
+            if isinstance(item_id, str) and item_id:
+                self.size += len(item_id)
+                if self.size > self.max_bytes:
+                    self.overflowed, self.item_ids = True, []
+                else:
+                    self.item_ids.append(item_id)
             return
         raw = orjson.dumps(item)
         self.size += len(raw)
