@@ -611,6 +611,18 @@ def check_client(scenario: Scenario, run: Run, detail: str | None) -> list[str]:
     return failures
 
 
+def check_released(requests: Sequence[RecordedRequest]) -> list[str]:
+    """Every upstream response the client did not get to its end (a stall, a client
+    that left) had its connection closed by proxai by the time the client ended
+    (issue 38: a socket turn's stall must release its upstream as an HTTP one does)."""
+    return [
+        f"upstream request {n} ({'stream' if r.json().get('stream') else 'whole'}) was "
+        "left open: its response never ended and proxai never closed the connection"
+        for n, r in enumerate(requests)
+        if r.response_done_at is None and r.closed_at is None
+    ]
+
+
 def check_upstream(scenario: Scenario, requests: Sequence[RecordedRequest]) -> list[str]:
     """What reached the Chat upstream: the modes, the command's output as a tool result
     and the reasoning sent back with the call."""
@@ -956,6 +968,7 @@ async def run_scenario(scenario: Scenario) -> Result:
     detail = next((o.detail for o in outcomes if o.kind is STALLED), None)
     failures += check_client(scenario, run, detail)
     failures += check_upstream(scenario, upstream.requests)
+    failures += check_released(upstream.requests)
     failures += check_outcomes(scenario, outcomes, upstream.requests)
     if scenario.broken_upgrade:
         # The client gets its answer over HTTP in the end: only the socket checks fail.
