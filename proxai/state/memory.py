@@ -10,10 +10,14 @@ calls never wait, so they never time out). Two orders are kept over the same rec
   is the order of expiry, and each call frees the expired ones from the front. An
   expired record is never answered even before it is freed.
 
-An item's index entry names the record that holds it and goes with that record (an
-item seen again in a later response, as its input, is indexed to the later one).
-Memory is linear in what is held: the records, two dictionary entries each, and one
-entry per indexed item.
+Each record is held as one bytes object, its :meth:`~StoredResponse.to_bytes`, of
+exactly its length: what it counts is what it holds, whatever the parts it was made of
+held (orjson's results keep their growth buffer, several times their length), and none
+of them is kept. A ``get`` reads a record from its bytes; an item is sliced out of them.
+An item's index entry names the record that holds it and where in its bytes, and goes
+with that record (an item seen again in a later response, as its input, is indexed to
+the later one). Memory is linear in what is held: the records, two dictionary entries
+each, and one entry per indexed item.
 """
 
 from __future__ import annotations
@@ -34,9 +38,12 @@ _Key = tuple[str, str]  # (tenant, id)
 
 @attrs.define
 class _Entry:
-    record: StoredResponse
+    #: The record's bytes (:meth:`StoredResponse.to_bytes`): one object, its exact size.
+    data: bytes
     size: int
     expires_at: float
+    #: Its items' ids, to forget their index entries with it.
+    item_ids: tuple[str | None, ...]
 
 
 class MemoryState:
@@ -48,8 +55,9 @@ class MemoryState:
         self._clock = clock
         self._by_use: OrderedDict[_Key, _Entry] = OrderedDict()
         self._by_age: OrderedDict[_Key, None] = OrderedDict()
-        #: (tenant, item id) -> (id of the record holding it, its place in the record's items)
-        self._items: dict[_Key, tuple[str, int]] = {}
+        #: (tenant, item id) -> (id of the record holding it, its offset and length in
+        #: the record's bytes)
+        self._items: dict[_Key, tuple[str, int, int]] = {}
         self.bytes = 0
 
     def __len__(self) -> int:
@@ -66,7 +74,7 @@ class MemoryState:
         if entry is None:
             return None
         self._by_use.move_to_end(key)
-        return entry.record
+        return StoredResponse.from_bytes(entry.data)
 
     def put(self, record: StoredResponse) -> None:
         size = record.size
@@ -78,12 +86,12 @@ class MemoryState:
         self._expire()
         key = (record.tenant, record.id)
         self._drop(key)
-        self._by_use[key] = _Entry(record, size, self._clock() + self.ttl)
+        data = record.to_bytes()
+        self._by_use[key] = _Entry(data, size, self._clock() + self.ttl, record.item_ids)
         self._by_age[key] = None
         self.bytes += size
-        for place, item_id in enumerate(record.item_ids):
-            if item_id is not None:
-                self._items[(record.tenant, item_id)] = (record.id, place)
+        for item_id, offset, length in record.item_spans():
+            self._items[(record.tenant, item_id)] = (record.id, offset, length)
         while self.bytes > self.max_bytes:
             self._drop(next(iter(self._by_use)))
 
@@ -96,11 +104,9 @@ class MemoryState:
         found = self._items.get((tenant, item_id))
         if found is None:
             return None
-        holder, place = found
+        holder, offset, length = found
         self._by_use.move_to_end((tenant, holder))  # a use, as a get is
-        record = self._by_use[(tenant, holder)].record
-        inputs = len(record.input_items)
-        return record.input_items[place] if place < inputs else record.output_items[place - inputs]
+        return self._by_use[(tenant, holder)].data[offset : offset + length]
 
     def clear(self) -> None:
         self._by_use.clear()
@@ -125,7 +131,7 @@ class MemoryState:
         del self._by_age[key]
         self.bytes -= entry.size
         tenant, response_id = key
-        for item_id in entry.record.item_ids:
+        for item_id in entry.item_ids:
             if item_id is not None:
                 found = self._items.get((tenant, item_id))
                 if found is not None and found[0] == response_id:

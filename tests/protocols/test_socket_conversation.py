@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxai.errors import ProxyError
+from proxai.protocols.responses.history import expand
 from proxai.protocols.responses.record import ResponseRecord
 from proxai.protocols.responses.socket import (
     Conversation,
@@ -19,6 +20,7 @@ from proxai.protocols.responses.socket import (
     read_frame,
     warm_up_events,
 )
+from proxai.testing.work import kept_by
 
 USER = {"type": "message", "role": "user", "content": "hi"}
 CALL = {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f", "arguments": "{}"}
@@ -262,3 +264,31 @@ def test_error_frames_carry_the_pacing_headers_in_both_places() -> None:
     )
     plain = orjson.loads(error_frame(502, b"bad gateway", []))
     assert plain["error"]["type"] == "server_error" and "headers" not in plain
+
+
+# -- the copies around the store, at their size (issue 38, item 6) ------------------------
+
+BIG_ITEMS = [
+    {"type": "message", "id": f"msg_{i}", "role": "user", "content": "x" * 50_000}
+    for i in range(20)
+]
+BIG_SIZE = sum(len(orjson.dumps(item)) for item in BIG_ITEMS)
+
+
+def test_a_records_items_are_held_at_their_size() -> None:
+    """What a socket keeps and a store is given: each item's JSON, not orjson's growth
+    buffer of it (12 to 16 times as large)."""
+    frames = events("resp_1", BIG_ITEMS)
+
+    def follow() -> ResponseRecord:
+        record = ResponseRecord(10**9)
+        for frame in frames:
+            record.event(frame)
+        return record
+
+    assert kept_by(follow) <= 1.1 * BIG_SIZE + 64 * 1024
+
+
+def test_an_expanded_turns_items_are_held_at_their_size() -> None:
+    held = kept_by(lambda: expand({"input": BIG_ITEMS})[1])
+    assert held <= 1.1 * BIG_SIZE + 64 * 1024
