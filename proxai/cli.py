@@ -58,7 +58,7 @@ def _demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .config_file import limits_warnings, route_warnings, state_warnings
+    from .config_file import limits_warnings, route_warnings, server_warnings, state_warnings
     from .policy.auth import ClientKeys
     from .service.server import ignore_late_signals, serve
 
@@ -76,7 +76,13 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     configure_logging(config.logging, args.log_level)
     log = logging.getLogger("proxai")
-    for warning in [*route_warnings(config), *state_warnings(config), *limits_warnings(config)]:
+    warnings = [
+        *route_warnings(config),
+        *server_warnings(config),
+        *state_warnings(config),
+        *limits_warnings(config),
+    ]
+    for warning in warnings:
         log.warning("%s", warning)
     upstreams = ", ".join(
         f"{name}={u.url} ({u.protocol.value})" for name, u in config.all_upstreams()

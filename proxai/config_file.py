@@ -41,9 +41,16 @@ from .policy.limits import limits_problems
 from .policy.model_patterns import compile_pattern, is_exact
 from .protocols.names import WireApi
 from .protocols.table import APIS, UPSTREAM_PROTOCOLS
+from .protocols.tracking import ITEM_BYTES
 from .wire.headers import is_token, value_problem
 
-__all__ = ["limits_warnings", "load_config", "route_warnings", "state_warnings"]
+__all__ = [
+    "limits_warnings",
+    "load_config",
+    "route_warnings",
+    "server_warnings",
+    "state_warnings",
+]
 
 
 _converter = strict_converter(forbid_extra_keys=True)
@@ -289,6 +296,22 @@ def _check_upstreams(config: Config, environ: Mapping[str, str]) -> list[str]:
             f"config file or pass --upstream (for OpenAI: {DEFAULT_UPSTREAM})"
         )
     return problems
+
+
+def server_warnings(config: Config) -> list[str]:
+    """What start-up tells the operator about ``[server]``: a ``max_open_items`` that
+    ``max_event_bytes`` cannot hold, since a translated stream holds every item's
+    record (``ITEM_BYTES`` counted each) and ends once they are past it."""
+    server = config.server
+    fits = server.max_event_bytes // ITEM_BYTES
+    if server.max_open_items <= fits:
+        return []
+    return [
+        f"[server] max_open_items = {server.max_open_items}, but a translated stream holds "
+        f"at most {fits} items within max_event_bytes = {server.max_event_bytes} "
+        f"({ITEM_BYTES} bytes counted per item) and ends past it (upstream_over_limit); "
+        f"max_event_bytes = {server.max_open_items * ITEM_BYTES} holds that many"
+    ]
 
 
 def state_warnings(config: Config) -> list[str]:

@@ -210,6 +210,21 @@ def test_state_mistakes_name_the_key(tmp_path: Path, text: str, named: str) -> N
     assert "pw" not in str(raised.value)  # a URL's password is never quoted
 
 
+def test_more_open_items_than_max_event_bytes_holds_is_warned_about() -> None:
+    """Issue 38, item 8: a raised max_open_items is judged by max_event_bytes first on a
+    translated stream; start-up says so, with the value that holds them."""
+    from proxai.config_file import server_warnings
+
+    up = {"upstream": {"base_url": "http://up.test/v1"}}
+    many = {**up, "server": {"max_open_items": 40_000}}
+    (warning,) = server_warnings(load_config(None, overrides=many))
+    assert "max_open_items = 40000" in warning and "at most 8192 items" in warning
+    assert "max_event_bytes = 81920000 holds that many" in warning
+    assert server_warnings(load_config(None, overrides=up)) == []  # 1024 of 8192
+    room = {**up, "server": {"max_open_items": 40_000, "max_event_bytes": 81_920_000}}
+    assert server_warnings(load_config(None, overrides=room)) == []
+
+
 def test_an_in_process_state_store_under_several_workers_is_warned_about() -> None:
     from proxai.config_file import state_warnings
 

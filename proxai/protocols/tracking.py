@@ -74,9 +74,11 @@ AFTER_TERMINAL_GRACE = 1.0
 #: Anomalies kept per stream (the rest are counted): a stream of garbage must not
 #: grow the record without bound.
 MAX_ANOMALIES = 20
-#: What one item's record costs against :attr:`StreamLimits.max_kept`: about what an
-#: observer and a translator keep of an item besides its text (by tracemalloc, 0.85 and
-#: 1.4 KiB for a Responses function call translated for a Chat client).
+#: What one item's record costs against :attr:`StreamLimits.max_kept`, counted as it
+#: opens: about what an observer and a translator keep of an item besides its text (by
+#: tracemalloc, 0.85 and 1.4 KiB for a Responses function call translated for a Chat
+#: client; 0.8 KiB for a Chat call relayed, 1.5 and 1.8 KiB translated for a Messages
+#: and a Responses client).
 ITEM_BYTES = 2048
 
 
@@ -182,6 +184,7 @@ class TrackingObserver(StreamObserver):
         self._mismatches: list[str] = []
         self._mismatches_dropped = 0
         self._kept = 0  # bytes kept for the end-of-stream checks (text, records)
+        self._kept_records = 0  # of which item records, ITEM_BYTES each
         self._keeping = True
         #: The stream went past a limit: how it ends (the relay ends it at once).
         self._over: Verdict | None = None
@@ -260,6 +263,14 @@ class TrackingObserver(StreamObserver):
         """Whether the stream is still within ``max_kept`` (text is still kept)."""
         return self._keeping
 
+    def keep_item(self) -> bool:
+        """Whether one more item's record (an item, a choice) may be kept: counted
+        :data:`ITEM_BYTES` when it opens, as what it costs whether it is open or closed."""
+        if not self._keeping:
+            return False
+        self._kept_records += 1
+        return self.keep(ITEM_BYTES)
+
     def keep(self, size: int) -> bool:
         """Whether ``size`` more bytes may be kept for the end-of-stream checks."""
         if not self._keeping:
@@ -269,14 +280,21 @@ class TrackingObserver(StreamObserver):
             return True
         self._keeping = False
         limit = self._limits.max_kept
+        # What was counted, so that a stream of small events past it is not a mystery.
+        records = self._kept_records
+        counted = (
+            f"{records} item records at {ITEM_BYTES} bytes each and "
+            f"{self._kept - records * ITEM_BYTES} bytes of text"
+        )
         if self._limits.end_past_kept:
             self._end_over_limit(
-                f"the translated stream holds more than {limit} bytes (proxai max_event_bytes)"
+                f"the translated stream holds more than {limit} bytes "
+                f"(proxai max_event_bytes): {counted}"
             )
         else:
             self.note(
                 f"the stream kept {limit} bytes for its end-of-stream checks "
-                "(max_event_bytes): the rest is not compared"
+                f"(max_event_bytes; {counted}): the rest is not compared"
             )
         return False
 

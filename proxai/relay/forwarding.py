@@ -20,7 +20,7 @@ from ..errors import ProxyError
 from ..outcome import ENDED_WELL, Outcome, OutcomeKind
 from ..protocols.observer import Read, StreamObserver, Verdict
 from ..protocols.tracking import TrackingObserver
-from ..translate.stream import ResponseTranslator
+from ..translate.stream import ENDED_AT_END_OF_STREAM, ResponseTranslator
 from . import ending
 from .messages import Body, Head
 from .reader import translated_headers
@@ -157,14 +157,23 @@ class Translated(Forwarding):
         """The observer's verdict with its closing bytes in the client's API (a client
         whose stream already ended loses nothing to the upstream's end after it)."""
         translator = self._translator
+        broken = translator.broken
+        ended = b""
+        if verdict.kind is OutcomeKind.UPSTREAM_EOF and translator.client_end is None:
+            # A clean end of the body is the decoder's too (Chat: after finish_reason).
+            ended = translator.end_of_stream()
+            if translator.client_end is not None:
+                self._outcome.anomalies.append(ENDED_AT_END_OF_STREAM)
+                verdict = Verdict(translator.client_end)
         verdict = self._after_client_end(verdict)
         if not translator.passes_frames:
+            if broken is None and translator.broken is not None:
+                verdict = self._translation_failed()
             return attrs.evolve(verdict, closing=b"")
-        broken = translator.broken
         closing = translator.closing(verdict)
         if broken is None and translator.broken is not None:  # failed at the stream's end
             verdict = self._after_client_end(self._translation_failed())
-        return attrs.evolve(verdict, closing=closing)
+        return attrs.evolve(verdict, closing=ended + closing)
 
     def _whole(self, verdict: Verdict) -> bytes | ProxyError | None:
         """A translated response made at the upstream's end (the client asked for no stream,

@@ -45,6 +45,7 @@ from ..protocols.responses.record import ResponseRecord
 from ..protocols.responses.socket import new_response_id
 from ..state import ResponseStatus, StateStore, StoredResponse
 from ..translate.ir import StoredAs
+from ..wire.json_body import dumps_exact
 
 __all__ = ["Conversations", "StatePlan", "is_response_path", "response_not_found"]
 
@@ -201,22 +202,24 @@ class Conversations:
         """Store a response that ended (completed, incomplete or failed, as OpenAI does)."""
         if record.response_id is None or record.response is None or record.overflowed:
             return
-        response = dict(record.response)
-        if not response.get("output"):
-            response["output"] = [orjson.Fragment(i) for i in record.items]
         try:  # OpenAI stores a response that ended; one still queued or running is not one
-            status = ResponseStatus(str(response.get("status")))
+            status = ResponseStatus(record.status or "")
         except ValueError:
             return
+        response = record.response
+        if not record.has_output:  # the seed's terminal: its items came as events
+            whole = orjson.loads(response)
+            whole["output"] = [orjson.Fragment(i) for i in record.items]
+            response = dumps_exact(whole)
         await self.store.put(
             StoredResponse(
                 id=record.response_id,
                 tenant=plan.tenant,
                 created_at=time.time(),
-                instructions=orjson.dumps(plan.instructions) if plan.instructions else None,
+                instructions=dumps_exact(plan.instructions) if plan.instructions else None,
                 input_items=plan.items,
                 output_items=tuple(record.items),
-                response=orjson.dumps(response),
+                response=response,
                 status=status,
             )
         )

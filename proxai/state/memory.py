@@ -10,12 +10,16 @@ calls never wait, so they never time out). Two orders are kept over the same rec
   is the order of expiry, and each call frees the expired ones from the front. An
   expired record is never answered even before it is freed.
 
-An item's index entry names the record that holds it and goes with that record (an
-item seen again in a later response, as its input, is indexed to the later one).
-The owners of an upstream's ids (:meth:`MemoryState.claim`) are entries of the same two
-orders, counted in ``max_bytes`` and expired by ``ttl`` as records are. Memory is linear
-in what is held: the records and owners, two dictionary entries each, and one entry per
-indexed item.
+Each record is held as one bytes object, its :meth:`~StoredResponse.to_bytes`, of
+exactly its length: what it counts is what it holds, whatever the parts it was made of
+held (orjson's results keep their growth buffer, several times their length), and none
+of them is kept. A ``get`` reads a record from its bytes; an item is sliced out of them.
+An item's index entry names the record that holds it and where in its bytes, and goes
+with that record (an item seen again in a later response, as its input, is indexed to
+the later one). The owners of an upstream's ids (:meth:`MemoryState.claim`) are entries
+of the same two orders, counted in ``max_bytes`` and expired by ``ttl`` as records are.
+Memory is linear in what is held: the records and owners, two dictionary entries each,
+and one entry per indexed item.
 """
 
 from __future__ import annotations
@@ -40,10 +44,13 @@ OWNER_OVERHEAD = 192
 
 @attrs.define
 class _Entry:
+    #: The record's bytes (:meth:`StoredResponse.to_bytes`): one object, its exact size;
     #: ``None``: an owner entry (``owner`` says whose the id is).
-    record: StoredResponse | None
+    data: bytes | None
     size: int
     expires_at: float
+    #: Its items' ids, to forget their index entries with it.
+    item_ids: tuple[str | None, ...] = ()
     owner: str = ""
 
 
@@ -56,8 +63,8 @@ class MemoryState:
         self._clock = clock
         self._by_use: OrderedDict[_Key, _Entry] = OrderedDict()
         self._by_age: OrderedDict[_Key, None] = OrderedDict()
-        #: (tenant, item id) -> (id of the record holding it, its place in the record's items)
-        self._items: dict[_Key, tuple[str, int]] = {}
+        #: (tenant, item id) -> (id of the record holding it, its offset and length there)
+        self._items: dict[_Key, tuple[str, int, int]] = {}
         self.bytes = 0
 
     def __len__(self) -> int:
@@ -71,10 +78,10 @@ class MemoryState:
         self._expire()
         key = (tenant, response_id)
         entry = self._by_use.get(key)
-        if entry is None or entry.record is None:
+        if entry is None or entry.data is None:
             return None
         self._by_use.move_to_end(key)
-        return entry.record
+        return StoredResponse.from_bytes(entry.data)
 
     def put(self, record: StoredResponse) -> None:
         size = record.size
@@ -86,10 +93,10 @@ class MemoryState:
         self._expire()
         key = (record.tenant, record.id)
         self._drop(key)
-        self._add(key, _Entry(record, size, self._clock() + self.ttl))
-        for place, item_id in enumerate(record.item_ids):
-            if item_id is not None:
-                self._items[(record.tenant, item_id)] = (record.id, place)
+        data = record.to_bytes()
+        self._add(key, _Entry(data, size, self._clock() + self.ttl, record.item_ids))
+        for item_id, offset, length in record.item_spans():
+            self._items[(record.tenant, item_id)] = (record.id, offset, length)
         self._evict()
 
     def claim(self, tenant: str, ids: Sequence[str]) -> None:
@@ -101,7 +108,7 @@ class MemoryState:
                 self._by_use.move_to_end(key)
                 continue
             size = len(claimed) + len(tenant) + OWNER_OVERHEAD
-            self._add(key, _Entry(None, size, expires_at, tenant))
+            self._add(key, _Entry(None, size, expires_at, owner=tenant))
         self._evict()
 
     def owners(self, ids: Sequence[str]) -> tuple[str | None, ...]:
@@ -132,12 +139,11 @@ class MemoryState:
         found = self._items.get((tenant, item_id))
         if found is None:
             return None
-        holder, place = found
+        holder, offset, length = found
         self._by_use.move_to_end((tenant, holder))  # a use, as a get is
-        record = self._by_use[(tenant, holder)].record
-        assert record is not None  # an item's index names records only
-        inputs = len(record.input_items)
-        return record.input_items[place] if place < inputs else record.output_items[place - inputs]
+        data = self._by_use[(tenant, holder)].data
+        assert data is not None  # an item's index names records only
+        return data[offset : offset + length]
 
     def clear(self) -> None:
         self._by_use.clear()
@@ -161,10 +167,8 @@ class MemoryState:
             return False
         del self._by_age[key]
         self.bytes -= entry.size
-        if entry.record is None:
-            return True
         tenant, response_id = key
-        for item_id in entry.record.item_ids:
+        for item_id in entry.item_ids:
             if item_id is not None:
                 found = self._items.get((tenant, item_id))
                 if found is not None and found[0] == response_id:

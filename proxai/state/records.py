@@ -34,9 +34,11 @@ __all__ = [
 
 #: The version of :meth:`StoredResponse.to_bytes`' frame; another is refused on read.
 FORMAT_VERSION = 1
-#: What :attr:`StoredResponse.size` counts per item and per record besides their bytes:
-#: about what CPython spends on a bytes object and on the record's bookkeeping.
+#: What :attr:`StoredResponse.size` counts besides the bytes, about what the memory
+#: backend spends (by tracemalloc): per item (its place in the record's header), per
+#: item with an id (its index entry, ~250 bytes) and per record (its entries).
 ITEM_OVERHEAD = 64
+INDEXED_ITEM_OVERHEAD = 256
 RECORD_OVERHEAD = 512
 
 
@@ -101,12 +103,14 @@ class StoredResponse:
 
     @property
     def size(self) -> int:
-        """What the record costs a store: its bytes and a fixed overhead per item (what
-        the memory backend's ``max_bytes`` counts)."""
+        """What the record costs a store: its bytes and a fixed overhead per item and per
+        indexed item (what the memory backend's ``max_bytes`` counts)."""
         parts = len(self.response) + len(self.instructions or b"")
         items = self.input_items + self.output_items
         parts += sum(len(item) for item in items) + len(self.id) + len(self.tenant)
-        return parts + ITEM_OVERHEAD * len(items) + RECORD_OVERHEAD
+        indexed = sum(1 for item_id in self.item_ids if item_id is not None)
+        overhead = ITEM_OVERHEAD * len(items) + INDEXED_ITEM_OVERHEAD * indexed
+        return parts + overhead + RECORD_OVERHEAD
 
     def indexed_items(self) -> Iterator[tuple[str, bytes]]:
         """``(item id, item JSON)`` of every item that has an id."""
@@ -133,7 +137,8 @@ class StoredResponse:
         )
 
     def to_bytes(self) -> bytes:
-        """``<header length>\\n<header JSON><instructions><items...><response>``."""
+        """``<header length>\\n<header JSON><instructions><items...><response>``: one bytes
+        object of exactly its length, whatever its parts' own objects hold."""
         header = self._header()
         return b"".join(
             [
@@ -167,7 +172,13 @@ class StoredResponse:
 
 
 def _read(cls: type[StoredResponse], data: bytes) -> StoredResponse:
-    view = memoryview(data)
+    # The view is released on the way out, an exception's too: no traceback keeps
+    # ``data`` alive through it.
+    with memoryview(data) as view:
+        return _read_view(cls, data, view)
+
+
+def _read_view(cls: type[StoredResponse], data: bytes, view: memoryview) -> StoredResponse:
     newline = data.find(b"\n", 0, 24)
     if newline < 1:
         raise RecordFormatError("not a stored record: no header length")

@@ -41,7 +41,7 @@ from .ir import Decoder, Encoder, Event, Failed, Finished, FinishReason, Transla
 from .requests import translate_error_body
 from .requests.errors import read_error
 
-__all__ = ["ResponseTranslator", "TranslatorFactory"]
+__all__ = ["ENDED_AT_END_OF_STREAM", "ResponseTranslator", "TranslatorFactory"]
 
 #: Finish reasons whose answer is cut short: the stream ends ``incomplete``.
 _INCOMPLETE = frozenset({FinishReason.LENGTH, FinishReason.CONTENT_FILTER})
@@ -49,6 +49,11 @@ _INCOMPLETE = frozenset({FinishReason.LENGTH, FinishReason.CONTENT_FILTER})
 INVALID_BODY = "upstream_invalid_body"
 #: The code of proxai's ``502`` for a body over ``max_translated_body_bytes``.
 BODY_TOO_LARGE = "upstream_body_too_large"
+#: The anomaly of a response its decoder ended at the end of the upstream's stream.
+ENDED_AT_END_OF_STREAM = (
+    "the upstream's stream ended after its finish_reason without its usage chunk or "
+    "[DONE]: the response ended there, its usage unknown"
+)
 #: ``[server] max_translated_body_bytes`` by default.
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 
@@ -259,6 +264,24 @@ class ResponseTranslator:
             self._break(exc)
             out.append(self._broken_closing())
         return b"".join(out)
+
+    def end_of_stream(self) -> bytes:
+        """The upstream's event stream ended cleanly short of its protocol's terminal
+        event (an ``upstream_eof`` verdict): the decoder ends what the end of a stream
+        ends (a Chat stream after its ``finish_reason``, with no usage chunk or
+        ``[DONE]``), and :attr:`client_end` then says how. The client's bytes for it."""
+        if (
+            not self._upstream_sse
+            or self.client_end is not None
+            or self.broken is not None
+            or self.refusal is not None
+        ):
+            return b""
+        try:
+            return b"".join(self._flush())
+        except Exception as exc:
+            self._break(exc)
+            return b""
 
     def _flush(self) -> list[bytes]:
         """The client's bytes for what the decoder still held at a clean end."""

@@ -18,7 +18,7 @@ from proxai.protocols.chat.observer import ChatObserver
 from proxai.protocols.messages.observer import MessagesObserver
 from proxai.protocols.names import WireApi
 from proxai.protocols.responses.observer import ResponsesObserver
-from proxai.protocols.tracking import StreamLimits, TrackingObserver
+from proxai.protocols.tracking import ITEM_BYTES, StreamLimits, TrackingObserver
 from proxai.testing import Script, chat_chunk, sse_event
 from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.work import assert_linear
@@ -342,3 +342,89 @@ async def test_max_open_items_is_configurable(autojump_clock: MockClock) -> None
     assert exchange.outcome is not None
     assert exchange.outcome.kind is OutcomeKind.COMPLETED
     assert exchange.outcome.calls_more == CALLS - 32
+
+
+# -- 10,000 parallel calls translated (issue 38, item 8) ------------------------------------
+
+#: Parallel calls within a raised ``max_open_items``: what judges them is then what a
+#: translated stream holds of its items (``max_event_bytes``).
+MANY = 10_000
+MANY_OPEN = {"max_open_items": 40_000}
+
+
+def call_types(exchange: Any) -> dict[str, int]:
+    """How many events of each type the client got."""
+    counts: dict[str, int] = {}
+    for event in exchange.events():
+        counts[event["type"]] = counts.get(event["type"], 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("client", [RESPONSES, MESSAGES])
+async def test_parallel_calls_within_every_bound_complete_translated(
+    autojump_clock: MockClock, client: WireApi
+) -> None:
+    """10,000 calls, with ``max_event_bytes`` room for their records: every call reaches
+    the client closed, and the response completes."""
+    server = {**MANY_OPEN, "max_event_bytes": MANY * ITEM_BYTES + (1 << 20)}
+    path, body = REQUESTS[client]
+    async with MemoryProxy(
+        [Script.sse(chat_call_lines(MANY))], upstreams=CHAT_UPSTREAM, routes=TO_CHAT, server=server
+    ) as proxy:
+        exchange = await proxy.request({"model": "m", "stream": True, **body}, path=path)
+    assert exchange.outcome is not None and exchange.outcome.kind is OutcomeKind.COMPLETED
+    counts = call_types(exchange)
+    if client is RESPONSES:
+        assert counts["response.function_call_arguments.done"] == MANY
+        assert counts["response.output_item.done"] == MANY
+        final = exchange.events()[-1]
+        assert final["type"] == "response.completed"
+        assert len(final["response"]["output"]) == MANY
+    else:
+        assert counts["content_block_stop"] == MANY
+        assert exchange.events()[-1]["type"] == "message_stop"
+
+
+@pytest.mark.parametrize("client", [RESPONSES, MESSAGES])
+async def test_parallel_calls_past_max_event_bytes_end_as_they_pass_it_naming_it(
+    autojump_clock: MockClock, client: WireApi
+) -> None:
+    """At the default ``max_event_bytes`` 10,000 call records (2 KiB counted each) are past
+    it: the stream ends at the call that passes it, not once the upstream sent everything,
+    and the client's error and the outcome say which bound and what it counted."""
+    script = Script.sse(chat_call_lines(MANY))
+    path, body = REQUESTS[client]
+    async with MemoryProxy(
+        [script], upstreams=CHAT_UPSTREAM, routes=TO_CHAT, server=MANY_OPEN
+    ) as proxy:
+        exchange = await proxy.request({"model": "m", "stream": True, **body}, path=path)
+        (upstream,) = proxy.transport.requests
+    outcome = exchange.outcome
+    assert outcome is not None and outcome.kind is OutcomeKind.UPSTREAM_OVER_LIMIT
+    assert upstream.bytes_sent < len(script.body) * 0.9  # let go as it passed the bound
+    detail = outcome.detail or ""
+    assert "holds more than 16777216 bytes (proxai max_event_bytes)" in detail
+    assert f"item records at {ITEM_BYTES} bytes each" in detail
+    last = exchange.events()[-1]
+    if client is RESPONSES:
+        assert last["type"] == "response.failed"
+        assert last["response"]["error"]["code"] == "upstream_over_limit"
+        assert last["response"]["error"]["message"] == detail
+    else:
+        assert last == {"type": "error", "error": {"type": "api_error", "message": detail}}
+
+
+async def test_open_chat_calls_count_against_max_event_bytes(autojump_clock: MockClock) -> None:
+    """A Chat stream's calls are counted as they open, as the other APIs' items are: one
+    that opens calls and never finishes them is bounded by ``max_event_bytes`` too, not
+    only by ``max_open_items``."""
+    lines = chat_call_lines(600)[:-2]  # 600 calls open, then the body ends
+    server = {**MANY_OPEN, "max_event_bytes": 256 * 1024}
+    path, body = REQUESTS[RESPONSES]
+    async with MemoryProxy(
+        [Script.sse(lines)], upstreams=CHAT_UPSTREAM, routes=TO_CHAT, server=server
+    ) as proxy:
+        exchange = await proxy.request({"model": "m", "stream": True, **body}, path=path)
+    outcome = exchange.outcome
+    assert outcome is not None and outcome.kind is OutcomeKind.UPSTREAM_OVER_LIMIT
+    assert "holds more than 262144 bytes (proxai max_event_bytes)" in (outcome.detail or "")

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxai.errors import ProxyError
+from proxai.protocols.responses.history import expand
 from proxai.protocols.responses.record import ResponseRecord
 from proxai.protocols.responses.socket import (
     Conversation,
@@ -20,6 +21,7 @@ from proxai.protocols.responses.socket import (
     warm_up_events,
 )
 from proxai.testing.seed import TURN1_EVENTS
+from proxai.testing.work import kept_by
 
 USER = {"type": "message", "role": "user", "content": "hi"}
 CALL = {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f", "arguments": "{}"}
@@ -274,3 +276,31 @@ def test_a_record_of_ids_only_keeps_the_item_ids_within_its_bound() -> None:
     for n in range(5):
         record._keep({"type": "message", "id": f"msg_{n:05}"})
     assert record.overflowed and record.item_ids == []  # past 20 bytes of ids: none
+
+
+# -- the copies around the store, at their size (issue 38, item 6) ------------------------
+
+BIG_ITEMS = [
+    {"type": "message", "id": f"msg_{i}", "role": "user", "content": "x" * 50_000}
+    for i in range(20)
+]
+BIG_SIZE = sum(len(orjson.dumps(item)) for item in BIG_ITEMS)
+
+
+def test_a_records_items_are_held_at_their_size() -> None:
+    """What a socket keeps and a store is given: each item's JSON, not orjson's growth
+    buffer of it (12 to 16 times as large)."""
+    frames = events("resp_1", BIG_ITEMS)
+
+    def follow() -> ResponseRecord:
+        record = ResponseRecord(10**9)
+        for frame in frames:
+            record.event(frame)
+        return record
+
+    assert kept_by(follow) <= 1.1 * BIG_SIZE + 64 * 1024
+
+
+def test_an_expanded_turns_items_are_held_at_their_size() -> None:
+    held = kept_by(lambda: expand({"input": BIG_ITEMS})[1])
+    assert held <= 1.1 * BIG_SIZE + 64 * 1024

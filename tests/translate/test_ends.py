@@ -37,7 +37,7 @@ from proxai.translate.ir import (
     TranslationContext,
     Usage,
 )
-from proxai.translate.stream import ResponseTranslator
+from proxai.translate.stream import ENDED_AT_END_OF_STREAM, ResponseTranslator
 from proxai.wire.sse import SSEFramer
 from tests.faults.kits import KITS
 from tests.helpers import (
@@ -110,6 +110,72 @@ async def test_a_chat_stream_without_done_completes_a_messages_clients_stream(
     assert final.stop_reason == "tool_use"
     assert final.content[2].input == {"city": "Paris"}
     assert outcome.kind is OutcomeKind.COMPLETED
+
+
+#: A Chat stream that ends cleanly right after its ``finish_reason``: no usage chunk, no
+#: ``data: [DONE]``. The end of the stream is the decoder's third way to finish.
+FINISH_ONLY = TOOL_CALL_STREAM[:-2]
+
+
+async def test_a_chat_stream_ending_after_its_finish_reason_completes_a_responses_stream(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    final, _, (outcome,) = await run(
+        start_upstream, proxai_for, [sse(FINISH_ONLY)], responses_stream
+    )
+    assert final.status == "completed"
+    assert [item.type for item in final.output] == ["reasoning", "message", "function_call"]
+    assert final.output[2].arguments == '{"city": "Paris"}'
+    assert outcome.kind is OutcomeKind.COMPLETED
+    assert outcome.usage is None
+    assert ENDED_AT_END_OF_STREAM in outcome.anomalies
+
+
+async def test_a_chat_stream_ending_after_its_finish_reason_completes_a_messages_stream(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    final, _, (outcome,) = await run(
+        start_upstream, proxai_for, [sse(FINISH_ONLY)], messages_stream
+    )
+    assert final.stop_reason == "tool_use"
+    assert final.content[2].input == {"city": "Paris"}
+    assert outcome.kind is OutcomeKind.COMPLETED
+    assert ENDED_AT_END_OF_STREAM in outcome.anomalies
+
+
+async def test_a_chat_stream_ending_after_its_finish_reason_is_one_body_for_a_whole_client(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    response, _, (outcome,) = await run(
+        start_upstream, proxai_for, [sse(FINISH_ONLY)], _responses_create
+    )
+    assert response.status == "completed"
+    assert response.output[2].arguments == '{"city": "Paris"}'
+    assert outcome.kind is OutcomeKind.COMPLETED
+    assert ENDED_AT_END_OF_STREAM in outcome.anomalies
+    message, _, (outcome,) = await run(
+        start_upstream, proxai_for, [sse(FINISH_ONLY)], _messages_create
+    )
+    assert message.stop_reason == "tool_use"
+    assert outcome.kind is OutcomeKind.COMPLETED
+
+
+async def test_a_chat_stream_ending_before_its_finish_reason_or_by_a_reset_is_cut_short(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    # Only a finished stream may end at the clean end of its body: not one cut in its
+    # arguments, nor one whose connection broke after its finish_reason.
+    error, _, (outcome,) = await run(
+        start_upstream, proxai_for, [sse(FINISH_ONLY[:-1])], capture(responses_stream)
+    )
+    assert isinstance(error, openai.APIError)
+    assert outcome.kind is OutcomeKind.UPSTREAM_EOF
+    assert ENDED_AT_END_OF_STREAM not in outcome.anomalies
+    error, _, (outcome,) = await run(
+        start_upstream, proxai_for, [sse(FINISH_ONLY, then=[Reset()])], capture(responses_stream)
+    )
+    assert isinstance(error, openai.APIError)
+    assert outcome.kind is OutcomeKind.UPSTREAM_RESET
 
 
 async def test_a_chat_stream_that_goes_silent_after_its_usage_chunk_completes_at_once(

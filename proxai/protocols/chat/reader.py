@@ -27,7 +27,7 @@ from ...wire.json_values import str_or_none
 from ...wire.sse import sse_event
 from ..aggregate import Aggregate
 from ..observer import UNREAD
-from ..tracking import ITEM_BYTES, TrackedItem, TrackingObserver
+from ..tracking import TrackedItem, TrackingObserver
 
 __all__ = ["ChatReader", "synthesized_error"]
 
@@ -57,6 +57,8 @@ class ChatReader:
         self.texts: dict[int, Aggregate] = {}
         self._incomplete: set[int] = set()  # choices whose last finish_reason cut them short
         self._incomplete_unkept = False  # one that could not be kept did (past max_kept)
+        #: Open calls whose record was not kept (past max_kept): forgotten once closed.
+        self._unkept: set[CallKey] = set()
 
     def read(self, event: str | None, data: bytes) -> object:
         tracker = self._tracker
@@ -127,7 +129,7 @@ class ChatReader:
             self._tracker.stopped_because(finish_reason)
             if finish_reason not in _INCOMPLETE_REASONS:
                 self._incomplete.discard(index)
-            elif index in self._incomplete or self._tracker.keep(ITEM_BYTES):
+            elif index in self._incomplete or self._tracker.keep_item():
                 self._incomplete.add(index)
             else:
                 self._incomplete_unkept = True
@@ -146,10 +148,11 @@ class ChatReader:
 
     def _close_call(self, key: CallKey) -> None:
         """Close an open item of a choice (its text, or a call); a call's record goes
-        unless it is kept (within max_kept)."""
+        unless it was kept when it opened (within max_kept)."""
         item = self._tracker.close_item(key)
         self._open_of_choice.get(key[0], {}).pop(key, None)
-        if item is not None and item.type == "tool_call" and not self._tracker.keep(ITEM_BYTES):
+        if item is not None and key in self._unkept:
+            self._unkept.discard(key)
             self.calls.pop(key, None)
 
     def _guard_only(self, choice: int, key: CallKey | None) -> None:
@@ -176,7 +179,7 @@ class ChatReader:
                 return
         text = self.texts.get(choice)
         if text is None:
-            if not tracker.keep(ITEM_BYTES):
+            if not tracker.keep_item():
                 return
             text = self.texts[choice] = Aggregate()
         tracker.grow(text, content)
@@ -204,7 +207,11 @@ class ChatReader:
             item.translation = carried
             if not self._open_item(item):
                 return
-            self.calls[key] = item
+            self.calls[key] = item  # while open, whatever was kept: the decoder reads it
+            # Counted as it opens, as the other APIs' items are: a stream's calls open
+            # together and close together, and a translated one holds them from the start.
+            if not tracker.keep_item():
+                self._unkept.add(key)
         elif key not in self._open:
             tracker.note(f"a fragment for {item.label} after its choice finished")
             return

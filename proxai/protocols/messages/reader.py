@@ -27,7 +27,7 @@ from ...outcome import TRY_AGAIN, OutcomeKind
 from ...wire.json_values import str_or_none
 from ...wire.sse import sse_event
 from ..observer import UNREAD
-from ..tracking import ITEM_BYTES, TrackedItem, TrackingObserver
+from ..tracking import TrackedItem, TrackingObserver
 
 __all__ = ["MAX_USAGE_KEYS", "MessagesReader", "synthesized_error"]
 
@@ -123,7 +123,7 @@ class MessagesReader:
             name=name,
             call_id=block_id,
         )
-        if tracker.open_item(item) and tracker.keep(ITEM_BYTES):
+        if tracker.open_item(item) and tracker.keep_item():
             self.blocks[index] = item
 
     def _delta(self, event: dict[str, Any]) -> None:

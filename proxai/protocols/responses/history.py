@@ -20,6 +20,7 @@ import attrs
 import orjson
 
 from ...errors import ProxyError
+from ...wire.json_body import dumps_exact
 
 __all__ = [
     "MAX_ITEM_REFERENCES",
@@ -159,7 +160,7 @@ def expand(
             if held is not None:
                 new.append(held)
                 continue
-        new.append(orjson.dumps(item))
+        new.append(dumps_exact(item))  # kept as long as the state that holds it
     items = (*prior, *new)
     sent: dict[str, Any] = dict(body)
     sent["input"] = [orjson.Fragment(item) for item in items]

@@ -32,7 +32,7 @@ from ...outcome import OutcomeKind
 from ...wire.sse import sse_event
 from ..aggregate import Aggregate
 from ..observer import UNREAD
-from ..tracking import ITEM_BYTES, TrackedItem, TrackingObserver
+from ..tracking import TrackedItem, TrackingObserver
 from .events import (
     NEEDED_TYPES,
     NOT_JSON,
@@ -224,7 +224,7 @@ class ResponsesReader:
             if index is not None:
                 text = self.texts.get((index, content_index))
                 if text is None:
-                    if not self._tracker.keep(ITEM_BYTES):
+                    if not self._tracker.keep_item():
                         return
                     text = self.texts[(index, content_index)] = Aggregate()
                 self._tracker.grow(text, delta)
@@ -281,7 +281,7 @@ class ResponsesReader:
             tracker.grow(tracked.text, initial)
         if not tracker.open_item(tracked):
             return
-        if tracker.keep(ITEM_BYTES):
+        if tracker.keep_item():
             self.items[index] = tracked
         if item.id:
             self._index_of_id[item.id] = index

@@ -15,6 +15,8 @@ from typing import Any
 import attrs
 import orjson
 
+from ...wire.json_body import dumps_exact
+
 __all__ = ["TERMINAL_EVENTS", "ResponseRecord", "is_terminal"]
 
 _CREATED = b'"response.created"'
@@ -40,8 +42,12 @@ class ResponseRecord:
     items: list[bytes] = attrs.field(factory=list)
     size: int = 0
     overflowed: bool = False
-    #: The terminal event's ``response`` object.
-    response: dict[str, Any] | None = None
+    #: The terminal event's ``response`` object, as JSON of its exact size (the parsed
+    #: object is not kept: it would be a second copy of the whole output while storing).
+    response: bytes | None = None
+    #: Its ``status``, and whether its ``output`` had any item (the seed's has none).
+    status: str | None = None
+    has_output: bool = False
     #: Keep only the output items' ids (:attr:`item_ids`), not their bytes: what
     #: claiming an upstream's ids needs, for no more memory than the ids.
     ids_only: bool = False
@@ -66,7 +72,7 @@ class ResponseRecord:
                 self._note_response(event)
                 response = event.get("response")
                 if isinstance(response, dict):
-                    self.response = response
+                    self._hold_response(response, dumps_exact(response))
 
     def whole(self, body: bytes) -> None:
         """A whole (non-streamed) response object, as a ``POST`` without ``stream``
@@ -86,8 +92,15 @@ class ResponseRecord:
             "completed": "response.completed",
             "incomplete": "response.incomplete",
         }.get(status if isinstance(status, str) else "", "response.failed")
-        self.response = response
+        self._hold_response(response, body)  # the client's bytes: no copy of them
         self._note_response({"response": response})
+
+    def _hold_response(self, response: dict[str, Any], raw: bytes) -> None:
+        if self.ids_only:
+            return  # claiming needs the ids, not the response
+        self.response = raw
+        self.status = str(response.get("status"))
+        self.has_output = bool(response.get("output"))
 
     def _keep(self, item: dict[str, Any]) -> None:
         """Keep an output item, up to ``max_bytes`` of them (past it: none, overflowed)."""
@@ -102,7 +115,7 @@ class ResponseRecord:
                 else:
                     self.item_ids.append(item_id)
             return
-        raw = orjson.dumps(item)
+        raw = dumps_exact(item)  # held until stored or for a socket's next turn
         self.size += len(raw)
         if self.size > self.max_bytes:
             self.overflowed, self.items = True, []
