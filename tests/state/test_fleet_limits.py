@@ -21,6 +21,7 @@ from proxai.testing import Script
 from proxai.testing.redis import open_redis
 from proxai.testing.seed import TURN1_REQUEST
 from proxai.testing.upstream import Send, Stall, sse_event
+from tests.helpers import TOKENS_IN, TOKENS_OUT, api_request, usage_answer
 from tests.process import ServeProcess, serve_process
 from tests.service.test_limits import completed
 
@@ -127,6 +128,48 @@ async def test_tokens_charged_from_real_usage_on_one_process_refuse_on_the_other
     assert [r.status_code for r in answers] == [200, 200, 200, 429]
     assert [r.headers["x-ratelimit-remaining-tokens"] for r in answers] == ["250", "150", "50", "0"]
     assert answers[3].json()["error"]["type"] == "tokens"
+
+
+def answer_in_kind(request: Any) -> Script:
+    """The answer of the API the request was sent in, streamed if it asked for a stream,
+    reporting TOKENS_IN + TOKENS_OUT tokens."""
+    api = "chat" if request.target.endswith("/chat/completions") else "responses"
+    return usage_answer(api, bool(request.json().get("stream")))
+
+
+async def test_every_kind_of_answer_is_charged_on_either_process(
+    start_upstream: Any, tmp_path: Path
+) -> None:
+    """Issue 38: whole answers were charged an estimate from their bytes (about 100
+    tokens), not their usage, so four of these six passed a limit that holds three."""
+    upstream = await start_upstream(answer_in_kind)
+    limits = '[[limits.keys]]\nkey = "*"\ntokens_per_minute = 1000\n'
+    kinds = [
+        ("responses", True),
+        ("chat", False),
+        ("messages", True),  # translated to Chat: the upstream speaks OpenAI's APIs
+        ("responses", False),
+        ("chat", True),
+        ("messages", False),
+    ]
+    async with open_redis() as redis:
+        config = fleet_config(tmp_path / "p.toml", upstream.base_url, redis.url, limits=limits)
+        async with fleet(config, "two processes") as (a, b):
+            with trio.fail_after(HANG):
+                answers = []
+                for i, (api, stream) in enumerate(kinds):
+                    path, body = api_request(api, stream)
+                    async with httpx.AsyncClient(base_url=(a, b)[i % 2].url, timeout=HANG) as http:
+                        answers.append(await http.post(path, json=body, headers=ALPHA))
+    each = TOKENS_IN + TOKENS_OUT
+    # 0, 400 and 800 used before the first three; 1200 before the rest.
+    assert [r.status_code for r in answers] == [200, 200, 200, 429, 429, 429]
+    assert [r.headers["x-ratelimit-remaining-tokens"] for r in answers[:4]] == [
+        "1000",
+        str(1000 - each),
+        str(1000 - 2 * each),
+        "0",
+    ]
 
 
 def stalled(_: Any) -> Script:
