@@ -1,8 +1,8 @@
 """``[limits]`` exact across a fleet (issue 24): real ``proxai serve`` processes (two of
 them, or one with ``--workers 2``) on one real ``redis-server``. A minute's requests
 spread over the processes, tokens charged from real usage on both, the fleet's
-concurrency, a process killed with SIGKILL holding slots, and Redis stopped and started
-again mid-run."""
+concurrency, a process killed with SIGKILL holding slots, Redis stopped and started
+again mid-run, and a Redis frozen or restarted while streams end (issue 38)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import coredis
+import coredis.exceptions
 import httpx
 import pytest
 import trio
@@ -310,3 +312,64 @@ async def test_fail_closed_answers_503_while_redis_is_away(
     assert refused.json()["error"]["code"] == "limits_unavailable"
     assert refused.headers["retry-after"] == "1"
     assert len(upstream.requests) == 1
+
+
+async def redis_answers(url: str) -> None:
+    """Until Redis answers a PING (a thawed or restarted server)."""
+    while True:
+        try:
+            async with coredis.Redis.from_url(url) as client:
+                with trio.move_on_after(0.2):
+                    await client.ping()
+                    return
+        except (coredis.exceptions.RedisError, OSError):
+            pass
+        await trio.sleep(0.02)
+
+
+@pytest.mark.parametrize("blip", ["frozen", "restarted"])
+async def test_a_redis_blip_while_streams_end_leaves_no_slot_taken_once_it_answers(
+    start_upstream: Any, tmp_path: Path, blip: str
+) -> None:
+    """Issue 38: the streams that ended while Redis was away (their release timed out),
+    and those served unlimited meanwhile (their admission timed out but ran once Redis
+    woke), held the fleet's 3 slots for a whole lease: every request was 503."""
+    upstream = await start_upstream(stalled)
+    async with open_redis() as redis:
+        config = fleet_config(
+            tmp_path / "p.toml", upstream.base_url, redis.url, limits="max_concurrent_streams = 3\n"
+        )
+        async with fleet(config, "two processes") as (a, b), trio.open_nursery() as nursery:
+            with trio.fail_after(HANG):
+                opened: list[int] = []
+                scopes = [await open_stream(p.url, nursery, opened) for p in (a, b, a)]
+                if blip == "frozen":
+                    redis.freeze()
+                else:
+                    await redis.stop()
+                # Served unlimited while Redis is away (fail open).
+                scopes += [await open_stream(p.url, nursery, opened) for p in (b, a)]
+                for scope in scopes:
+                    scope.cancel()
+                await trio.sleep(1.5)  # every release has given up ([state] timeout 0.5 s)
+                if blip == "frozen":
+                    redis.thaw()
+                else:
+                    await redis.start()
+                await redis_answers(redis.url)
+                back = trio.current_time()
+                # The fleet's whole limit, held at once again: no slot is left taken.
+                held: list[trio.CancelScope] = []
+                while len(held) < 3 and trio.current_time() - back < 10:
+                    status: list[int] = []
+                    scope = await open_stream((a, b)[len(held) % 2].url, nursery, status)
+                    if status == [200]:
+                        held.append(scope)
+                    else:
+                        await trio.sleep(0.05)
+                all_held = trio.current_time() - back
+            nursery.cancel_scope.cancel()
+    assert opened == [200] * 5
+    assert len(held) == 3, f"{3 - len(held)} slots still taken 10 s after Redis answered"
+    # Within a retry of the pending releases (1 s), not the lease (30 s).
+    assert all_held < 3
