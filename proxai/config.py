@@ -63,6 +63,13 @@ def _non_negative_int(inst: object, attribute: attrs.Attribute[Any], value: int)
         raise InvalidValue(attribute, f"must be 0 or a positive integer, got {value!r}")
 
 
+def _retries_per_second(inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not 0 <= value <= 1_000_000:
+        raise InvalidValue(
+            attribute, f"must be a number of retries a second from 0 to 1000000, got {value!r}"
+        )
+
+
 def _optional_positive(inst: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
     if value is not None:
         _positive(inst, attribute, value)
@@ -266,8 +273,8 @@ class RetriesConfig:
     retry_after_max: float = attrs.field(default=10.0, validator=_positive)
     #: Retries over the last ``budget_window``: at most this share of its requests...
     budget_percent: float = attrs.field(default=20.0, validator=_budget_percent)
-    #: ...plus this many per window, whatever the traffic.
-    budget_min: int = attrs.field(default=3, validator=_non_negative_int)
+    #: ...or this many a second over it, when that is more (Finagle's floor).
+    budget_min_per_second: float = attrs.field(default=10.0, validator=_retries_per_second)
     #: The seconds over which retries are counted against requests.
     budget_window: float = attrs.field(default=10.0, validator=_positive)
 

@@ -122,6 +122,7 @@ def load_config(
         merged.update({k: v for k, v in values.items() if v is not None})
         if merged:
             data[table] = merged
+    _renamed(data)
     config = _structure(data)
     if path is not None:
         config = _resolve_files(config, Path(path).parent)
@@ -133,6 +134,27 @@ def load_config(
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return config
+
+
+#: Keys whose meaning changed, under a new name: an old config stops with what to write
+#: instead of meaning something else silently.
+_RENAMED = {
+    ("retries", "budget_min"): (
+        "retries.budget_min (a count of retries per budget_window) is now "
+        "retries.budget_min_per_second: retries a second (default 10, Finagle's floor); "
+        "for the old budget_min = N write budget_min_per_second = N / budget_window"
+    ),
+}
+
+
+def _renamed(data: Mapping[str, Any]) -> None:
+    problems = [
+        message
+        for (table, key), message in _RENAMED.items()
+        if isinstance(data.get(table), Mapping) and key in data[table]
+    ]
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
 
 
 def _resolve(base: Path, name: str | None) -> str | None:

@@ -15,7 +15,7 @@ import anthropic
 import openai
 import trio
 
-from proxai.testing import RecordedRequest, Script, chat_chunk
+from proxai.testing import RecordedRequest, Script, chat_chunk, sse_event
 from proxai.testing.streams import FAST_TIMEOUTS
 from proxai.upstream.client import UpstreamClient
 
@@ -307,3 +307,127 @@ async def burst(client: UpstreamClient, streams: int) -> None:
     async with trio.open_nursery() as nursery:
         for _ in range(streams):
             nursery.start_soon(one)
+
+
+# -- whole and streamed answers of each API, reporting their usage ------------------------
+
+
+#: What each upstream reports: 300 tokens in, 100 out, in its own API's shape.
+TOKENS_IN, TOKENS_OUT = 300, 100
+_RESPONSE = {
+    "id": "resp_u",
+    "object": "response",
+    "created_at": 1767225600,
+    "model": "m",
+    "status": "completed",
+    "output": [
+        {
+            "type": "message",
+            "id": "msg_u",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "hi", "annotations": []}],
+        }
+    ],
+    "usage": {
+        "input_tokens": TOKENS_IN,
+        "output_tokens": TOKENS_OUT,
+        "total_tokens": TOKENS_IN + TOKENS_OUT,
+    },
+}
+_MESSAGE = {
+    "id": "msg_u",
+    "type": "message",
+    "role": "assistant",
+    "model": "m",
+    "content": [{"type": "text", "text": "hi"}],
+    "stop_reason": "end_turn",
+    "stop_sequence": None,
+    "usage": {"input_tokens": TOKENS_IN, "output_tokens": TOKENS_OUT},
+}
+_CHAT_USAGE = {
+    "prompt_tokens": TOKENS_IN,
+    "completion_tokens": TOKENS_OUT,
+    "total_tokens": TOKENS_IN + TOKENS_OUT,
+}
+
+
+def _typed_event(kind: str, **fields: Any) -> bytes:
+    return sse_event({"type": kind, **fields}, event=kind)
+
+
+def usage_answer(api: str, stream: bool) -> Script:
+    """An answer of an upstream's API (``responses``, ``chat``, ``messages``), streamed
+    or whole, reporting :data:`TOKENS_IN` + :data:`TOKENS_OUT` tokens in its own shape."""
+    if api == "responses":
+        if not stream:
+            return Script.json(_RESPONSE)
+        created = {**_RESPONSE, "status": "in_progress", "output": [], "usage": None}
+        return Script.sse(
+            [
+                {"type": "response.created", "sequence_number": 0, "response": created},
+                {"type": "response.completed", "sequence_number": 1, "response": _RESPONSE},
+            ]
+        )
+    if api == "chat":
+        if not stream:
+            return Script.json(
+                {
+                    "id": "chatcmpl-u",
+                    "object": "chat.completion",
+                    "created": 1767225600,
+                    "model": "m",
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": "hi"},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": _CHAT_USAGE,
+                }
+            )
+        return Script.sse(
+            [
+                chat_chunk({"role": "assistant", "content": "hi"}),
+                chat_chunk({}, "stop"),
+                chat_chunk(None, usage=_CHAT_USAGE),
+                b"data: [DONE]\n\n",
+            ]
+        )
+    if not stream:
+        return Script.json(_MESSAGE)
+    start = {**_MESSAGE, "content": [], "stop_reason": None}
+    start["usage"] = {"input_tokens": TOKENS_IN, "output_tokens": 1}
+    return Script.sse(
+        [
+            _typed_event("message_start", message=start),
+            _typed_event(
+                "content_block_start", index=0, content_block={"type": "text", "text": ""}
+            ),
+            _typed_event(
+                "content_block_delta", index=0, delta={"type": "text_delta", "text": "hi"}
+            ),
+            _typed_event("content_block_stop", index=0),
+            _typed_event(
+                "message_delta",
+                delta={"stop_reason": "end_turn", "stop_sequence": None},
+                usage={"output_tokens": TOKENS_OUT},
+            ),
+            _typed_event("message_stop"),
+        ]
+    )
+
+
+def api_request(api: str, stream: bool) -> tuple[str, dict[str, Any]]:
+    """A small request of a client API (``responses``, ``chat``, ``messages``): its path
+    and body."""
+    user = [{"role": "user", "content": "hi"}]
+    if api == "responses":
+        return "/v1/responses", {"model": "m", "input": "hi", "stream": stream}
+    if api == "chat":
+        body: dict[str, Any] = {"model": "m", "messages": user, "stream": stream}
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        return "/v1/chat/completions", body
+    return MESSAGES, {"model": "m", "max_tokens": 64, "messages": user, "stream": stream}

@@ -12,7 +12,9 @@ Each key has up to three limits, and the fleet one more:
   (its own tokens are not known yet), and refused until enough of them leave;
 - **streams at once**, per key and for the fleet: a slot from admission to the end of
   the response, with a lease (``[limits] slot_lease``) its process renews while the
-  response runs, so a process that dies frees its slots when their leases pass.
+  response runs, so a process that dies frees its slots when their leases pass. A
+  release the backend did not answer is kept (:class:`PendingReleases`) and sent again
+  until it does, so a backend away for a moment does not keep slots for a lease.
 
 :class:`LimitsState` is the in-process backend; the Redis one runs the same
 arithmetic in one Lua script per decision (:mod:`proxai.state.redis_limits`), and both
@@ -23,6 +25,7 @@ and named in metrics by their configured ``name`` or a digest prefix: never the 
 
 from __future__ import annotations
 
+import bisect
 import enum
 import math
 from collections import deque
@@ -42,6 +45,8 @@ __all__ = [
     "Limit",
     "LimitRules",
     "LimitsState",
+    "PendingReleases",
+    "Release",
     "WindowView",
     "charged_tokens",
     "estimated_tokens",
@@ -56,6 +61,14 @@ WINDOW = 60.0
 STREAMS_RETRY = 1.0
 #: Hex digits of a key's digest that name it where it has no ``name``.
 LABEL_DIGITS = 12
+#: Seconds between two tries of the releases the backend did not answer (at most: a
+#: third of ``slot_lease`` when that is shorter).
+RELEASE_RETRY = 1.0
+#: Releases kept for a backend that does not answer, at most: past it the oldest are
+#: dropped (their leases free their slots).
+MAX_PENDING_RELEASES = 10_000
+#: Releases sent in one call, at most (the rest go in the next).
+RELEASE_BATCH = 500
 
 
 class Limit(enum.StrEnum):
@@ -397,18 +410,25 @@ class LimitsState:
         reset = key.charges[0][0] + WINDOW - now if key.charges else 0.0
         return WindowView(tpm, max(0, tpm - key.charged), key.charged, reset)
 
-    def finish(self, tenant: str, rule: KeyRule, slot: str, tokens: int, now: float) -> None:
-        """A request ended: free its slots and charge its tokens (now)."""
+    def finish(
+        self, tenant: str, rule: KeyRule, slot: str, tokens: int, now: float, age: float = 0.0
+    ) -> None:
+        """A request ended ``age`` seconds ago: free its slots and charge its tokens
+        then (a charge older than the window is not made)."""
         self._fleet.pop(slot, None)
         key = self._keys.get(tenant)
-        charge = tokens > 0 and rule.tokens_per_minute is not None
+        charge = tokens > 0 and rule.tokens_per_minute is not None and age < WINDOW
         if key is None:
             if not charge:
                 return
             key = self._keys[tenant] = _KeyState(rule=rule)
         key.slots.pop(slot, None)
         if charge:
-            key.charges.append((now, tokens))
+            at = now - max(age, 0.0)
+            if key.charges and key.charges[-1][0] > at:  # late: in its place, by time
+                key.charges.insert(bisect.bisect(key.charges, (at, tokens)), (at, tokens))
+            else:
+                key.charges.append((at, tokens))
             key.charged += tokens
         self._expire(key, now)
         if not key.requests and not key.charges and not key.slots:
@@ -447,3 +467,79 @@ class LimitsState:
     @property
     def fleet_streams(self) -> int:
         return len(self._fleet)
+
+
+# -- releases the backend did not take -------------------------------------------------
+
+
+@attrs.frozen
+class Release:
+    """A slot to free, and the tokens to charge, as a request's end left them."""
+
+    tenant: str
+    rule: KeyRule
+    slot: str
+    tokens: int = 0
+    #: Seconds since the request ended, when sent: a late charge is dated then.
+    age: float = 0.0
+
+
+@attrs.define
+class _Pending:
+    release: Release
+    ended: float
+    #: Answered sends still needed before it is dropped.
+    rounds: int
+
+
+class PendingReleases:
+    """Releases the backend did not answer, sent again until it does (fed the time).
+
+    Either kind of call cut off by ``[state] timeout`` (or a cancellation) may or may
+    not have run, and may still run: Redis runs what a frozen server had queued when
+    it wakes. A release that did not run leaves its slot taken; an admission that runs
+    late takes a slot for a request that was served without one. No renewal touches
+    either, so each kept its slot for a whole lease, and the fleet looked full for
+    that long after a blip. Each is kept here and sent again until the backend answers;
+    an admission's twice, as its own late script may run after the first release (on
+    another connection). Bounded: past :data:`MAX_PENDING_RELEASES` the oldest go.
+    """
+
+    def __init__(self, *, limit: int = MAX_PENDING_RELEASES) -> None:
+        self._limit = limit
+        self._by_slot: dict[str, _Pending] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_slot)
+
+    def add(self, release: Release, now: float, *, rounds: int = 1) -> None:
+        """``release`` was not answered (``now``: when its request ended)."""
+        self._by_slot.pop(release.slot, None)
+        self._by_slot[release.slot] = _Pending(release, now, rounds)
+        while len(self._by_slot) > self._limit:
+            del self._by_slot[next(iter(self._by_slot))]
+
+    def due(self, now: float) -> list[list[Release]]:
+        """Every pending release, oldest first, each with its age, in batches of at most
+        :data:`RELEASE_BATCH` (one call each); a charge older than the window has
+        nothing left to charge."""
+        out: list[Release] = []
+        for pending in self._by_slot.values():
+            age = now - pending.ended
+            release = pending.release
+            tokens = release.tokens if age < WINDOW else 0
+            out.append(attrs.evolve(release, tokens=tokens, age=age))
+        return [out[i : i + RELEASE_BATCH] for i in range(0, len(out), RELEASE_BATCH)]
+
+    def answered(self, releases: Iterable[Release]) -> None:
+        """The backend took ``releases``: each has one round fewer to go (its tokens
+        are charged: the next send charges none)."""
+        for release in releases:
+            pending = self._by_slot.get(release.slot)
+            if pending is None:
+                continue
+            pending.rounds -= 1
+            if pending.rounds <= 0:
+                del self._by_slot[release.slot]
+            else:
+                pending.release = attrs.evolve(pending.release, tokens=0)

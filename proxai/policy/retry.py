@@ -14,9 +14,10 @@ upstream after exponential backoff with jitter, or after its ``Retry-After``
 (capped by ``retry_after_max``).
 
 Whatever the plan says, :class:`RetryBudget` (as Finagle's) keeps the retries
-of all requests to a share of the requests over a sliding window, so that a
-storm of failures is not multiplied: the upstreams see little more than the
-clients' own traffic.
+of all requests to a share of the requests over a sliding window, or to a floor of
+retries a second when that is more, so that a storm of failures is not multiplied
+(the upstreams see little more than the clients' own traffic) and a quiet proxai
+still retries.
 """
 
 from __future__ import annotations
@@ -125,14 +126,21 @@ class RetryPlan:
 
 
 class RetryBudget:
-    """How many retries the process may make: a share of its requests over a window.
+    """How many retries the process may make: a share of its requests over a window,
+    and never fewer than a floor.
 
     As Finagle's ``RetryBudget``: each request's first attempt deposits, each retry
     withdraws, both for ``window`` seconds. A retry may go only while the retries of
-    the window stay within ``percent`` of its requests, plus ``minimum`` per window
-    so that a quiet proxai still fails over. Retries deposit nothing, so a storm of
-    failures cannot feed itself: the upstreams see at most ``1 + percent/100`` times
-    the clients' attempts (plus ``minimum`` per window), however long it lasts.
+    the window stay within ``percent`` of its requests, or within ``per_second`` a
+    second (``floor``: ``per_second * window`` in the window), whichever is more:
+    Finagle's floor of 10 retries a second, so that a quiet proxai retries every
+    failure it sees (a floor of three a window sent a quiet proxai's fourth 429 in ten
+    seconds to the client). The floor is the larger of the two, not added to the share
+    as Finagle adds it: a storm of more than ``floor * 100 / percent`` requests a
+    window gets ``percent`` of them and no more, so the upstreams see at most
+    ``1 + percent/100`` times the clients' attempts (one longer than the window: plus,
+    in each later window, what the floor gave its first burst beyond the share).
+    Retries deposit nothing, so a storm of failures cannot feed itself.
 
     The window slides in ``slices`` steps: counts are kept per slice of
     ``window / slices`` seconds and a slice leaves as a whole, so the memory is
@@ -142,11 +150,13 @@ class RetryBudget:
 
     slices = 10
 
-    def __init__(self, percent: float, minimum: int, window: float) -> None:
-        assert percent >= 0 and minimum >= 0 and window > 0
+    def __init__(self, percent: float, per_second: float, window: float) -> None:
+        assert percent >= 0 and per_second >= 0 and window > 0
         self.percent = percent
-        self.minimum = minimum
+        self.per_second = per_second
         self.window = window
+        #: Retries the window always has room for, whatever its requests.
+        self.floor = math.floor(per_second * window + 1e-9)
         self._width = window / self.slices
         #: Per slice, in a ring: first attempts and retries counted there.
         self._requests = [0] * self.slices
@@ -156,7 +166,7 @@ class RetryBudget:
 
     @classmethod
     def from_config(cls, retries: RetriesConfig) -> RetryBudget:
-        return cls(retries.budget_percent, retries.budget_min, retries.budget_window)
+        return cls(retries.budget_percent, retries.budget_min_per_second, retries.budget_window)
 
     def deposit(self, now: float) -> None:
         """A request's first attempt is going upstream."""
@@ -179,8 +189,8 @@ class RetryBudget:
         self._advance(now)
         requests, retries = self._in_window
         # In hundredths, so that 20% of 5 requests is exactly 1.
-        allowed = math.floor((self.percent * requests + 100 * self.minimum) / 100 + 1e-9)
-        return max(0, allowed - retries)
+        share = math.floor(self.percent * requests / 100 + 1e-9)
+        return max(0, max(share, self.floor) - retries)
 
     def _advance(self, now: float) -> int:
         """Move the window to ``now``; the ring slot of its slice."""

@@ -6,13 +6,15 @@ which: :class:`PassThrough` forwards the upstream's bytes as they came (byte for
 :class:`~proxai.translate.stream.ResponseTranslator` and forwards the client's bytes
 instead, or makes the client's response whole at the upstream's end. Both say how the
 response ends in the client's words (:meth:`Forwarding.ending`) and what
-:func:`proxai.relay.ending.decide` must know of it. No I/O, no trio.
+:func:`proxai.relay.ending.decide` must know of it, and the usage a whole (non-streamed)
+answer reported (:attr:`Forwarding.whole_usage`: no observer reads those). No I/O, no trio.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import attrs
 
@@ -20,6 +22,7 @@ from ..errors import ProxyError
 from ..outcome import ENDED_WELL, Outcome, OutcomeKind
 from ..protocols.observer import Read, StreamObserver, Verdict
 from ..protocols.tracking import TrackingObserver
+from ..protocols.whole_usage import WholeUsage, is_json_body
 from ..translate.stream import ENDED_AT_END_OF_STREAM, ResponseTranslator
 from . import ending
 from .messages import Body, Head
@@ -82,9 +85,33 @@ class Forwarding:
         :func:`~proxai.relay.ending.decide`'s ``whole``)."""
         return verdict, None
 
+    @property
+    def whole_usage(self) -> dict[str, Any] | None:
+        """The top-level ``usage`` of a whole JSON answer (an event stream's is its
+        observer's): what its tokens are charged and counted from."""
+        return None
+
 
 class PassThrough(Forwarding):
-    """The upstream speaks the client's API: its bytes pass unchanged."""
+    """The upstream speaks the client's API: its bytes pass unchanged (a whole JSON
+    answer's ``usage`` read as they pass)."""
+
+    def __init__(self) -> None:
+        self._usage: WholeUsage | None = None
+
+    def start(self, head: Head) -> Head:
+        if not head.sse and is_json_body(head.status, head.headers):
+            self._usage = WholeUsage()
+        return head
+
+    def client_bytes(self, message: Body, reads: Sequence[Read]) -> bytes:
+        if self._usage is not None:
+            self._usage.feed(message.data)
+        return message.data
+
+    @property
+    def whole_usage(self) -> dict[str, Any] | None:
+        return None if self._usage is None else self._usage.usage
 
 
 class Translated(Forwarding):
@@ -190,6 +217,10 @@ class Translated(Forwarding):
         if broken is None and translator.broken is not None:
             self._log_failure()
         return whole
+
+    @property
+    def whole_usage(self) -> dict[str, Any] | None:
+        return self._translator.whole_usage
 
     def _after_client_end(self, verdict: Verdict) -> Verdict:
         client_end = self._translator.client_end

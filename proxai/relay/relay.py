@@ -34,7 +34,7 @@ import attrs
 import trio
 
 from ..errors import SHUTDOWN_MESSAGE, ProxyError, shutdown_error
-from ..outcome import Outcome, OutcomeKind
+from ..outcome import MAX_USAGE_DEPTH, Outcome, OutcomeKind, cap_depth
 from ..protocols.observer import (
     UNSEEN,
     ObserverSnapshot,
@@ -169,10 +169,15 @@ class Relay:
         return self.outcome
 
     def _fill(self) -> None:
-        """Have the observer fill the outcome record, once."""
+        """Have the observer fill the outcome record, once; a whole answer's usage is
+        the forwarding's (no observer reads a body that is not a stream)."""
         if not self._filled:
             self._filled = True
             self._observer.fill(self.outcome)
+            if self.outcome.usage is None:
+                usage = self._forwarding.whole_usage
+                if usage is not None:
+                    self.outcome.usage = cap_depth(usage, MAX_USAGE_DEPTH)[0]
 
     def snapshot(self) -> StreamSnapshot:
         """The live view's picture of this request now."""

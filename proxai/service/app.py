@@ -196,7 +196,7 @@ class ProxaiApp:
         for client in clients.values():
             await client.aclose()
         self._conversations = None
-        self._limits.close()
+        await self._limits.close()
         self._holding_store.cancel()  # the store closes in its task (shielded, bounded)
 
     def _isolation(self) -> Isolation | None:

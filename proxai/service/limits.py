@@ -11,7 +11,12 @@ however it ended. A lifespan task renews the leases of the slots this process ho
 When the backend does not answer (within ``[state] timeout``), the request is served
 unlimited with a warning in its record and a count in
 ``proxai_limits_unavailable_total`` (``fail_closed = true``: 503 instead); nothing
-waits longer, and the next request asks again.
+waits longer, and the next request asks again. What the backend did not answer may
+still hold a slot there (a release that did not run, an admission that runs late), so
+it is kept (:class:`~proxai.policy.limits.PendingReleases`) and sent again: by the
+lease task every :data:`~proxai.policy.limits.RELEASE_RETRY` seconds, and before the
+next admission, so that a backend back from a blip finds no slot held by a request
+that has ended.
 """
 
 from __future__ import annotations
@@ -28,11 +33,14 @@ from ..errors import ProxyError
 from ..outcome import Outcome, OutcomeKind
 from ..policy.auth import ClientKeys
 from ..policy.limits import (
+    RELEASE_RETRY,
     Decision,
     KeyRule,
     KeyUse,
     Limit,
     LimitRules,
+    PendingReleases,
+    Release,
     charged_tokens,
     estimated_tokens,
     ratelimit_headers,
@@ -81,6 +89,11 @@ class KeyLimits:
         self._limiter: Limiter | None = None
         #: The slots this process holds, by slot id: their leases are renewed.
         self._held: dict[str, Held] = {}
+        #: Releases the backend did not answer (and admissions it may run late).
+        self.pending = PendingReleases()
+        #: Set when the releases being sent again have their answer (one send at a time).
+        self._flushed: trio.Event | None = None
+        self._flush_failed: StateUnavailable | None = None
         self._count_limited = count_limited
         self._count_unavailable = count_unavailable
 
@@ -95,23 +108,83 @@ class KeyLimits:
                 self._config.limits, self._config.state, store, clock=trio.current_time
             )
 
-    def close(self) -> None:
-        self._limiter = None
+    async def close(self) -> None:
+        """Stop (at shutdown): the pending releases get one last try (bounded by
+        ``[state] timeout``), as nobody would send them again."""
+        limiter, self._limiter = self._limiter, None
+        if limiter is not None and len(self.pending):
+            with trio.CancelScope(shield=True):
+                try:
+                    await self._send_pending(limiter)
+                except StateUnavailable as exc:
+                    log.warning(
+                        "limits: %d slot releases not sent at shutdown (%s); their leases "
+                        "free them",
+                        len(self.pending),
+                        exc.message,
+                    )
 
     async def renew_leases(self) -> None:
-        """Renew the held slots' leases every third of a lease, until cancelled (a
-        lifespan task): a failed renewal is logged and the next one tries again."""
+        """Renew the held slots' leases every third of a lease, and send the pending
+        releases again every :data:`RELEASE_RETRY` s while there are any, until
+        cancelled (a lifespan task): a failure is logged and the next turn tries again."""
         if self._rules is None:
             return
+        period = self._lease / 3
+        retry = min(RELEASE_RETRY, period)
+        renew_at = trio.current_time() + period
+        failing = False
         while True:
-            await trio.sleep(self._lease / 3)
+            await trio.sleep_until(min(renew_at, trio.current_time() + retry))
             limiter = self._limiter
-            if limiter is None or not self._held:
+            if limiter is None:
+                continue
+            if len(self.pending):
+                try:
+                    await self._send_pending(limiter)
+                except StateUnavailable as exc:
+                    if not failing:  # once a streak: it is tried every second
+                        log.warning(
+                            "limits: %d slot releases not sent (%s); sent again until the "
+                            "backend answers",
+                            len(self.pending),
+                            exc.message,
+                        )
+                    failing = True
+                else:
+                    failing = False
+            if trio.current_time() < renew_at:
+                continue
+            renew_at = trio.current_time() + period
+            if not self._held:
                 continue
             try:
                 await limiter.renew(list(self._held.values()))
             except StateUnavailable as exc:
                 log.warning("limits: slot leases not renewed (%s)", exc.message)
+
+    async def _send_pending(self, limiter: Limiter) -> None:
+        """Send each pending release once (an admission's second round goes in the next
+        send); a caller that finds a send under way waits for its answer instead
+        (raises StateUnavailable when that failed)."""
+        flushed = self._flushed
+        if flushed is not None:
+            await flushed.wait()
+            if self._flush_failed is not None:
+                raise self._flush_failed
+            return
+        flushed = self._flushed = trio.Event()
+        self._flush_failed = None
+        try:
+            for batch in self.pending.due(trio.current_time()):
+                await limiter.release(batch)
+                self.pending.answered(batch)
+        except StateUnavailable as exc:
+            self._flush_failed = exc
+            raise
+        finally:
+            self._flushed = None
+            flushed.set()
 
     def use(self) -> list[KeyUse]:
         """Each key's use, for the live view."""
@@ -127,8 +200,19 @@ class KeyLimits:
         if rule is None:
             return None
         outcome.limit_key = rule.label
+        holds = rule.max_concurrent_streams is not None or bool(self._fleet)
         try:
-            decision = await limiter.admit(tenant, rule, slot, self._fleet)
+            if len(self.pending):  # slots of ended requests may still be held: free them first
+                with trio.CancelScope(shield=True):  # bounded by [state] timeout
+                    await self._send_pending(limiter)
+            try:
+                decision = await limiter.admit(tenant, rule, slot, self._fleet)
+            except BaseException:
+                # Not answered (a timeout, or the client gone): the script may have run,
+                # or may yet run; its slot is released once the backend answers.
+                if holds:
+                    self.pending.add(Release(tenant, rule, slot), trio.current_time(), rounds=2)
+                raise
         except StateUnavailable as exc:
             self._unavailable(outcome, exc, "admission")
             return None
@@ -139,7 +223,7 @@ class KeyLimits:
                 self._count_limited(rule.label, decision.refused.value)
             raise _refusal(decision, rule, self._fleet, headers)
         admission = Admission(tenant, rule, slot, headers)
-        if rule.max_concurrent_streams is not None or self._fleet:
+        if holds:
             self._held[slot] = (tenant, slot, rule)
         return admission
 
@@ -177,7 +261,9 @@ class KeyLimits:
             try:
                 await limiter.finish(admission.tenant, admission.rule, admission.slot, tokens)
             except StateUnavailable as exc:
-                self._unavailable(outcome, exc, "the end (slots free when their lease ends)")
+                release = Release(admission.tenant, admission.rule, admission.slot, tokens)
+                self.pending.add(release, trio.current_time())
+                self._unavailable(outcome, exc, "the end (sent again once it answers)")
 
     @staticmethod
     def _tokens(outcome: Outcome) -> int:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from ..config import LimitsConfig, StateBackend, StateConfig
-from ..policy.limits import Decision, KeyRule, KeyUse, LimitsState
+from ..policy.limits import Decision, KeyRule, KeyUse, LimitsState, Release
 from .store import StateStore
 
 __all__ = ["Held", "Limiter", "MemoryLimiter", "limiter_for"]
@@ -36,6 +36,11 @@ class Limiter(Protocol):
 
     async def finish(self, tenant: str, rule: KeyRule, slot: str, tokens: int) -> None:
         """The request ended: free its slots and charge its tokens."""
+        ...
+
+    async def release(self, releases: Sequence[Release]) -> None:
+        """Free the slots of requests that ended earlier and charge their tokens, dated
+        when they ended (all in one call: releases an earlier call could not make)."""
         ...
 
     async def renew(self, held: Sequence[Held]) -> None:
@@ -61,6 +66,11 @@ class MemoryLimiter:
 
     async def finish(self, tenant: str, rule: KeyRule, slot: str, tokens: int) -> None:
         self.state.finish(tenant, rule, slot, tokens, self._clock())
+
+    async def release(self, releases: Sequence[Release]) -> None:
+        now = self._clock()
+        for r in releases:
+            self.state.finish(r.tenant, r.rule, r.slot, r.tokens, now, r.age)
 
     async def renew(self, held: Sequence[Held]) -> None:
         self.state.renew(((tenant, slot) for tenant, slot, _ in held), self._clock())

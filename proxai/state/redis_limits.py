@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 from coredis.commands import Script
 
-from ..policy.limits import Decision, KeyRule, KeyUse, Limit, WindowView
+from ..policy.limits import Decision, KeyRule, KeyUse, Limit, Release, WindowView
 from .limiter import Held
 from .redis import RedisStore
 from .store import StateStore
@@ -115,18 +115,22 @@ end
 return {refused, retry, nreq, req_reset, used, tok_reset, nslots, nfleet}
 """
 )
-# KEYS: tok, toksum, slots, fleet slots; ARGV: slot id, tokens to charge
+# KEYS: fleet slots, then per request its tok, toksum, slots; ARGV: per request its
+# slot id, the tokens to charge and how long ago it ended (ms: the charge is dated then)
 _FINISH: Script[bytes] = Script(
     script=_NOW
     + """
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('ZREM', KEYS[4], ARGV[1])
-local n = tonumber(ARGV[2])
-if n > 0 then
-  redis.call('ZADD', KEYS[1], now, ARGV[1] .. ':' .. n)
-  redis.call('INCRBY', KEYS[2], n)
-  redis.call('PEXPIRE', KEYS[1], W + 1000)
-  redis.call('PEXPIRE', KEYS[2], W + 1000)
+for i = 0, (#KEYS - 1) / 3 - 1 do
+  local tok, toksum, slots = KEYS[2 + 3 * i], KEYS[3 + 3 * i], KEYS[4 + 3 * i]
+  local slot, n, age = ARGV[1 + 3 * i], tonumber(ARGV[2 + 3 * i]), tonumber(ARGV[3 + 3 * i])
+  redis.call('ZREM', slots, slot)
+  redis.call('ZREM', KEYS[1], slot)
+  if n > 0 and age < W then
+    redis.call('ZADD', tok, now - age, slot .. ':' .. n)
+    redis.call('INCRBY', toksum, n)
+    redis.call('PEXPIRE', tok, W + 1000)
+    redis.call('PEXPIRE', toksum, W + 1000)
+  end
 end
 return 1
 """
@@ -193,9 +197,18 @@ class RedisLimiter:
         return decision
 
     async def finish(self, tenant: str, rule: KeyRule, slot: str, tokens: int) -> None:
-        keys = self._keys(tenant)[1:]
-        charged = tokens if rule.tokens_per_minute is not None else 0
-        await self._store.run_script(_FINISH, keys, [slot, charged])
+        await self.release([Release(tenant, rule, slot, tokens)])
+
+    async def release(self, releases: Sequence[Release]) -> None:
+        if not releases:
+            return
+        keys = [self._prefix + "slots"]
+        args: list[str | bytes | int] = []
+        for r in releases:
+            keys += self._keys(r.tenant)[1:4]
+            charged = r.tokens if r.rule.tokens_per_minute is not None else 0
+            args += [r.slot, charged, max(0, round(r.age * 1000))]
+        await self._store.run_script(_FINISH, keys, args)
 
     async def renew(self, held: Sequence[Held]) -> None:
         if not held:

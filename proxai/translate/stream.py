@@ -26,6 +26,7 @@ with its API's error (``translation_failed``), or a ``502`` before the first byt
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import orjson
 
@@ -94,6 +95,8 @@ class ResponseTranslator:
         self.broken: str | None = None
         #: The exception it failed with, for the log's traceback.
         self.exception: Exception | None = None
+        #: The top-level ``usage`` of the upstream's whole JSON body, once it is parsed.
+        self.whole_usage: dict[str, Any] | None = None
         #: proxai's error instead of the response (a body it cannot translate): once set,
         #: the relay takes nothing more from the upstream and answers it.
         self.refusal: ProxyError | None = None
@@ -374,6 +377,8 @@ class ResponseTranslator:
             )
             return []
         del raw  # the parsed body is all that is needed now
+        usage = data.get("usage")
+        self.whole_usage = usage if isinstance(usage, dict) else None
         out = []
         for event in self._decoder.decode_body(data):
             out.append(self._encoder.feed(event))

@@ -255,7 +255,7 @@ class World:
             [],
             upstream=upstream_table,
             transport_factory=self.upstream.transport,
-            retries={"max_attempts": MAX_ATTEMPTS, "budget_min": 1000},
+            retries={"max_attempts": MAX_ATTEMPTS, "budget_min_per_second": 1000},
             server={"drain_timeout": DRAIN, "max_concurrent_streams": 8},
             **TIMEOUTS,
         )

@@ -14,12 +14,16 @@ from proxai.config import KeyLimitsConfig, LimitsConfig
 from proxai.config_file import load_config
 from proxai.policy.auth import ClientKeys
 from proxai.policy.limits import (
+    MAX_PENDING_RELEASES,
+    RELEASE_BATCH,
     WINDOW,
     Decision,
     KeyRule,
     Limit,
     LimitRules,
     LimitsState,
+    PendingReleases,
+    Release,
     WindowView,
     charged_tokens,
     estimated_tokens,
@@ -157,6 +161,64 @@ def test_a_slot_not_renewed_lapses_with_its_lease_and_a_renewed_one_does_not() -
     assert state.admit(T, rule, "other", 1, 18.9).refused is Limit.STREAMS
     # Its process died (no renewal): the slot is free once the lease ends.
     assert state.admit(T, rule, "other", 1, 19.0).admitted
+
+
+def test_a_late_charge_is_dated_when_its_request_ended() -> None:
+    """A release sent again after a backend came back charges its tokens as of the
+    request's end: they leave the window a minute after it, not after the send."""
+    state = LimitsState(lease=30.0)
+    rule = KeyRule("k", tokens_per_minute=100)
+    state.finish(T, rule, "on-time", 30, 50.0)
+    state.finish(T, rule, "late", 80, 55.0, age=45.0)  # ended at 10 s, sent at 55 s
+    refused = state.admit(T, rule, "next", 0, 55.0)
+    assert refused.refused is Limit.TOKENS and refused.tokens is not None
+    assert refused.tokens.used == 110
+    assert refused.retry_after == 15.0  # the late one leaves at 70 s: 30 < 100
+    assert state.admit(T, rule, "next", 0, 70.0).admitted
+    state.finish(T, rule, "too-late", 500, 71.0, age=WINDOW)  # out of the window already
+    assert state.admit(T, rule, "after", 0, 71.0).admitted
+
+
+def test_pending_releases_are_sent_until_answered_and_an_admissions_twice() -> None:
+    rule = KeyRule("k", tokens_per_minute=1000)
+    pending = PendingReleases()
+    pending.add(Release(T, rule, "ended", 40), 10.0)  # a release that timed out
+    pending.add(Release(T, rule, "admitted"), 12.0, rounds=2)  # an admission that did
+    (batch,) = pending.due(20.0)
+    assert [(r.slot, r.tokens, r.age) for r in batch] == [("ended", 40, 10.0), ("admitted", 0, 8.0)]
+    assert len(pending) == 2  # not answered yet: nothing dropped
+    pending.answered(batch)
+    (again,) = pending.due(21.0)
+    assert [r.slot for r in again] == ["admitted"]  # its own late script may follow the first
+    pending.answered(again)
+    assert len(pending) == 0 and pending.due(22.0) == []
+
+
+def test_a_charge_pending_past_the_window_is_not_made_and_charges_are_made_once() -> None:
+    rule = KeyRule("k", tokens_per_minute=1000)
+    pending = PendingReleases()
+    pending.add(Release(T, rule, "old", 40), 0.0)
+    pending.add(Release(T, rule, "twice", 50), 0.0, rounds=2)
+    (batch,) = pending.due(WINDOW)
+    assert [r.tokens for r in batch] == [0, 0]  # a minute later: nothing left to charge
+    pending = PendingReleases()
+    pending.add(Release(T, rule, "twice", 50), 0.0, rounds=2)
+    (first,) = pending.due(1.0)
+    pending.answered(first)
+    (second,) = pending.due(2.0)
+    assert [r.tokens for r in first] == [50] and [r.tokens for r in second] == [0]
+
+
+def test_pending_releases_are_bounded_and_sent_in_batches() -> None:
+    rule = KeyRule("k")
+    pending = PendingReleases()
+    for i in range(MAX_PENDING_RELEASES + 5):
+        pending.add(Release(T, rule, f"s{i}"), float(i))
+    assert len(pending) == MAX_PENDING_RELEASES  # the oldest went: their leases free them
+    batches = pending.due(1e6)
+    assert all(len(b) <= RELEASE_BATCH for b in batches)
+    slots = [r.slot for b in batches for r in b]
+    assert slots[0] == "s5" and len(slots) == MAX_PENDING_RELEASES
 
 
 def test_refused_requests_are_not_counted() -> None:

@@ -10,6 +10,7 @@ import hashlib
 import json
 from typing import Any
 
+import pytest
 import trio
 from trio.testing import MockClock
 
@@ -20,7 +21,16 @@ from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.memory_socket import open_memory_socket
 from proxai.testing.seed import TURN1_REQUEST
 from proxai.testing.upstream import Close, Send, Stall, chat_chunk, sse_event
-from tests.helpers import ANTHROPIC_UPSTREAM, MESSAGES, REQUEST, WHOLE
+from tests.helpers import (
+    ANTHROPIC_UPSTREAM,
+    MESSAGES,
+    REQUEST,
+    TOKENS_IN,
+    TOKENS_OUT,
+    WHOLE,
+    api_request,
+    usage_answer,
+)
 from tests.service.test_websocket import create
 
 KEYS = {"auth": {"keys": ["sk-alpha", "sk-beta"]}}
@@ -306,3 +316,44 @@ async def test_the_live_view_shows_each_keys_use_by_name(autojump_clock: MockClo
             "max_concurrent_streams": None,
         }
     ]
+
+
+# -- every path charges the upstream's usage (issue 38) --------------------------------
+
+#: (client API, upstream protocol, the upstream's API): each client API passed through
+#: and translated from each other API.
+PATHS = [
+    ("responses", "openai", "responses"),
+    ("responses", "openai_chat", "chat"),
+    ("responses", "anthropic_messages", "messages"),
+    ("chat", "openai", "chat"),
+    ("chat", "openai_responses", "responses"),
+    ("chat", "anthropic_messages", "messages"),
+    ("messages", "anthropic_messages", "messages"),
+    ("messages", "openai_chat", "chat"),
+    ("messages", "openai_responses", "responses"),
+]
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+@pytest.mark.parametrize(("client", "protocol", "upstream_api"), PATHS)
+async def test_every_api_streamed_or_whole_translated_or_not_charges_the_upstreams_usage(
+    autojump_clock: MockClock, client: str, protocol: str, upstream_api: str, stream: bool
+) -> None:
+    """Issue 38: a whole (non-streamed) answer was charged an estimate from its bytes,
+    not the usage its body reports."""
+    path, body = api_request(client, stream)
+    async with MemoryProxy(
+        lambda _: usage_answer(upstream_api, stream),
+        upstream={"protocol": protocol},
+        limits={"keys": [{"key": "*", "tokens_per_minute": 1000}]},
+    ) as proxy:
+        first = await proxy.request(body, path=path)
+        second = await proxy.request(body, path=path)
+    assert first.status == 200, first.body
+    assert first.outcome is not None
+    assert (first.outcome.translation is None) == (client == upstream_api)
+    assert first.outcome.charged_tokens == TOKENS_IN + TOKENS_OUT, first.outcome.warnings
+    assert not any("estimated from the bytes" in w for w in first.outcome.warnings)
+    # The limiter was charged it: the next request sees 400 of the 1000 used.
+    assert header(second, b"x-ratelimit-remaining-tokens") == "600"

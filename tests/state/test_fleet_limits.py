@@ -1,8 +1,8 @@
 """``[limits]`` exact across a fleet (issue 24): real ``proxai serve`` processes (two of
 them, or one with ``--workers 2``) on one real ``redis-server``. A minute's requests
 spread over the processes, tokens charged from real usage on both, the fleet's
-concurrency, a process killed with SIGKILL holding slots, and Redis stopped and started
-again mid-run."""
+concurrency, a process killed with SIGKILL holding slots, Redis stopped and started
+again mid-run, and a Redis frozen or restarted while streams end (issue 38)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import coredis
+import coredis.exceptions
 import httpx
 import pytest
 import trio
@@ -21,6 +23,7 @@ from proxai.testing import Script
 from proxai.testing.redis import open_redis
 from proxai.testing.seed import TURN1_REQUEST
 from proxai.testing.upstream import Send, Stall, sse_event
+from tests.helpers import TOKENS_IN, TOKENS_OUT, api_request, usage_answer
 from tests.process import ServeProcess, serve_process
 from tests.service.test_limits import completed
 
@@ -127,6 +130,48 @@ async def test_tokens_charged_from_real_usage_on_one_process_refuse_on_the_other
     assert [r.status_code for r in answers] == [200, 200, 200, 429]
     assert [r.headers["x-ratelimit-remaining-tokens"] for r in answers] == ["250", "150", "50", "0"]
     assert answers[3].json()["error"]["type"] == "tokens"
+
+
+def answer_in_kind(request: Any) -> Script:
+    """The answer of the API the request was sent in, streamed if it asked for a stream,
+    reporting TOKENS_IN + TOKENS_OUT tokens."""
+    api = "chat" if request.target.endswith("/chat/completions") else "responses"
+    return usage_answer(api, bool(request.json().get("stream")))
+
+
+async def test_every_kind_of_answer_is_charged_on_either_process(
+    start_upstream: Any, tmp_path: Path
+) -> None:
+    """Issue 38: whole answers were charged an estimate from their bytes (about 100
+    tokens), not their usage, so four of these six passed a limit that holds three."""
+    upstream = await start_upstream(answer_in_kind)
+    limits = '[[limits.keys]]\nkey = "*"\ntokens_per_minute = 1000\n'
+    kinds = [
+        ("responses", True),
+        ("chat", False),
+        ("messages", True),  # translated to Chat: the upstream speaks OpenAI's APIs
+        ("responses", False),
+        ("chat", True),
+        ("messages", False),
+    ]
+    async with open_redis() as redis:
+        config = fleet_config(tmp_path / "p.toml", upstream.base_url, redis.url, limits=limits)
+        async with fleet(config, "two processes") as (a, b):
+            with trio.fail_after(HANG):
+                answers = []
+                for i, (api, stream) in enumerate(kinds):
+                    path, body = api_request(api, stream)
+                    async with httpx.AsyncClient(base_url=(a, b)[i % 2].url, timeout=HANG) as http:
+                        answers.append(await http.post(path, json=body, headers=ALPHA))
+    each = TOKENS_IN + TOKENS_OUT
+    # 0, 400 and 800 used before the first three; 1200 before the rest.
+    assert [r.status_code for r in answers] == [200, 200, 200, 429, 429, 429]
+    assert [r.headers["x-ratelimit-remaining-tokens"] for r in answers[:4]] == [
+        "1000",
+        str(1000 - each),
+        str(1000 - 2 * each),
+        "0",
+    ]
 
 
 def stalled(_: Any) -> Script:
@@ -267,3 +312,64 @@ async def test_fail_closed_answers_503_while_redis_is_away(
     assert refused.json()["error"]["code"] == "limits_unavailable"
     assert refused.headers["retry-after"] == "1"
     assert len(upstream.requests) == 1
+
+
+async def redis_answers(url: str) -> None:
+    """Until Redis answers a PING (a thawed or restarted server)."""
+    while True:
+        try:
+            async with coredis.Redis.from_url(url) as client:
+                with trio.move_on_after(0.2):
+                    await client.ping()
+                    return
+        except (coredis.exceptions.RedisError, OSError):
+            pass
+        await trio.sleep(0.02)
+
+
+@pytest.mark.parametrize("blip", ["frozen", "restarted"])
+async def test_a_redis_blip_while_streams_end_leaves_no_slot_taken_once_it_answers(
+    start_upstream: Any, tmp_path: Path, blip: str
+) -> None:
+    """Issue 38: the streams that ended while Redis was away (their release timed out),
+    and those served unlimited meanwhile (their admission timed out but ran once Redis
+    woke), held the fleet's 3 slots for a whole lease: every request was 503."""
+    upstream = await start_upstream(stalled)
+    async with open_redis() as redis:
+        config = fleet_config(
+            tmp_path / "p.toml", upstream.base_url, redis.url, limits="max_concurrent_streams = 3\n"
+        )
+        async with fleet(config, "two processes") as (a, b), trio.open_nursery() as nursery:
+            with trio.fail_after(HANG):
+                opened: list[int] = []
+                scopes = [await open_stream(p.url, nursery, opened) for p in (a, b, a)]
+                if blip == "frozen":
+                    redis.freeze()
+                else:
+                    await redis.stop()
+                # Served unlimited while Redis is away (fail open).
+                scopes += [await open_stream(p.url, nursery, opened) for p in (b, a)]
+                for scope in scopes:
+                    scope.cancel()
+                await trio.sleep(1.5)  # every release has given up ([state] timeout 0.5 s)
+                if blip == "frozen":
+                    redis.thaw()
+                else:
+                    await redis.start()
+                await redis_answers(redis.url)
+                back = trio.current_time()
+                # The fleet's whole limit, held at once again: no slot is left taken.
+                held: list[trio.CancelScope] = []
+                while len(held) < 3 and trio.current_time() - back < 10:
+                    status: list[int] = []
+                    scope = await open_stream((a, b)[len(held) % 2].url, nursery, status)
+                    if status == [200]:
+                        held.append(scope)
+                    else:
+                        await trio.sleep(0.05)
+                all_held = trio.current_time() - back
+            nursery.cancel_scope.cancel()
+    assert opened == [200] * 5
+    assert len(held) == 3, f"{3 - len(held)} slots still taken 10 s after Redis answered"
+    # Within a retry of the pending releases (1 s), not the lease (30 s).
+    assert all_held < 3

@@ -12,7 +12,11 @@ import pytest
 import trio
 
 from proxai.config import LimitsConfig, StateBackend, StateConfig
-from proxai.policy.limits import KeyRule, Limit
+from proxai.config_file import load_config
+from proxai.outcome import Outcome
+from proxai.policy.auth import UNAUTHENTICATED_TENANT
+from proxai.policy.limits import KeyRule, Limit, Release
+from proxai.service.limits import KeyLimits
 from proxai.state import StateUnavailable, open_store
 from proxai.state.limiter import Limiter, MemoryLimiter, limiter_for
 from proxai.state.redis_limits import RedisLimiter
@@ -81,6 +85,32 @@ async def test_slots_of_the_key_and_the_fleet(limiter: Limiter) -> None:
     await limiter.renew([(T, "s5", rule), ("b" * 64, "s3", free)])
 
 
+async def test_releases_sent_late_free_their_slots_and_date_their_charges(
+    limiter: Limiter,
+) -> None:
+    """What a backend did not answer is sent again later, many at once: the slots come
+    back and each charge counts from when its request ended."""
+    rule = KeyRule("k", tokens_per_minute=100, max_concurrent_streams=1)
+    other = KeyRule("o", max_concurrent_streams=1)
+    assert (await limiter.admit(T, rule, "s1", 2)).admitted
+    assert (await limiter.admit("b" * 64, other, "s2", 2)).admitted
+    assert (await limiter.admit("c" * 64, KeyRule("c"), "s3", 2)).refused is Limit.FLEET_STREAMS
+    await limiter.release(
+        [
+            Release(T, rule, "s1", 80, age=50.0),
+            Release("b" * 64, other, "s2"),
+            Release(T, rule, "never-admitted"),  # an admission that never ran: nothing
+        ]
+    )
+    after = await limiter.admit(T, rule, "s4", 2)
+    assert after.admitted and after.tokens is not None and after.tokens.used == 80
+    assert 9 < after.tokens.reset <= 10  # ended 50 s ago: it leaves the window in 10 s
+    assert (await limiter.admit("b" * 64, other, "s5", 2)).admitted  # both slots came back
+    await limiter.release([Release(T, rule, "s4", 500, age=61.0)])  # past the window
+    last = await limiter.admit(T, rule, "s6", 2)
+    assert last.admitted and last.tokens is not None and last.tokens.used == 80
+
+
 @needs_redis
 async def test_two_limiters_on_one_redis_share_every_window() -> None:
     rule = KeyRule("k", requests_per_minute=3, max_concurrent_streams=2)
@@ -119,6 +149,8 @@ async def test_admission_and_the_end_are_one_round_trip_each() -> None:
             await limiter.finish(T, rule, "r1", 42)
             assert await monitor.commands() == ["evalsha"]
             await limiter.renew([(T, "a", rule), (T, "b", rule)])
+            assert await monitor.commands() == ["evalsha"]
+            await limiter.release([Release(T, rule, f"p{i}", 5, age=1.0) for i in range(50)])
             assert await monitor.commands() == ["evalsha"]
 
 
@@ -163,6 +195,68 @@ async def test_a_redis_away_is_state_unavailable_within_the_timeout_and_then_bac
                     except StateUnavailable:
                         await trio.sleep(0.05)
             assert decision.admitted  # an empty Redis: a new window
+
+
+@needs_redis
+async def test_an_admission_cut_off_by_the_timeout_runs_when_redis_wakes() -> None:
+    """Why a timed-out admission must be released too: a frozen Redis runs what it had
+    queued when it wakes, and the slot is taken for a request served without one."""
+    free = KeyRule("f")
+    async with open_redis() as redis, open_store(redis_config(redis, timeout=0.3)) as store:
+        limiter = RedisLimiter(store, lease=30.0)
+        await limiter.admit(T, free, "warm", 1)  # loads the script (a late EVALSHA runs)
+        await limiter.release([Release(T, free, "warm")])
+        redis.freeze()
+        with trio.fail_after(HANG), pytest.raises(StateUnavailable):
+            await limiter.admit(T, free, "timed-out", 1)
+        redis.thaw()
+        with trio.fail_after(HANG):
+            taken = await limiter.admit(T, free, "next", 1)
+            await limiter.release([Release(T, free, "timed-out")])
+            freed = await limiter.admit(T, free, "after", 1)
+    assert taken.refused is Limit.FLEET_STREAMS  # the late script took the only slot
+    assert freed.admitted
+
+
+@needs_redis
+async def test_key_limits_send_what_redis_did_not_answer_once_it_answers() -> None:
+    """A release that timed out, and an admission that did (served unlimited), each
+    leave a slot taken in Redis; both are sent again by the lease task once Redis
+    answers (the admission twice), not left to the lease: the fleet is whole again."""
+    async with open_redis() as redis:
+        overrides = {
+            "upstream": {"base_url": "http://upstream.test/v1"},
+            "state": {"backend": "redis", "url": redis.url, "timeout": 0.3},
+            "limits": {"max_concurrent_streams": 2, "slot_lease": 30.0},
+        }
+        config = load_config(None, overrides=overrides)
+        limits = KeyLimits(config, None)
+        async with open_store(config.state) as store, trio.open_nursery() as nursery:
+            limits.open(store)
+            nursery.start_soon(limits.renew_leases)
+            with trio.fail_after(HANG):
+                first = await limits.admit(UNAUTHENTICATED_TENANT, "r1", Outcome("POST", "/"))
+                assert first is not None
+                redis.freeze()
+                served = Outcome("POST", "/")
+                assert await limits.admit(UNAUTHENTICATED_TENANT, "r2", served) is None
+                ended = Outcome("POST", "/")
+                await limits.finish(first, ended)
+                assert len(limits.pending) == 2
+                redis.thaw()
+                thawed = trio.current_time()
+                while len(limits.pending):  # noqa: ASYNC110 (a state of another task)
+                    await trio.sleep(0.05)
+                sent_in = trio.current_time() - thawed
+                both = [
+                    await limits.admit(UNAUTHENTICATED_TENANT, f"r{i}", Outcome("POST", "/"))
+                    for i in (3, 4)
+                ]
+            nursery.cancel_scope.cancel()
+    assert any("limits not enforced at admission" in w for w in served.warnings)
+    assert any("sent again once it answers" in w for w in ended.warnings)
+    assert sent_in < 3  # two tries of the lease task, a second apart (not the 30 s lease)
+    assert all(a is not None for a in both)  # neither slot was left taken
 
 
 def test_the_memory_backend_is_per_process() -> None:
