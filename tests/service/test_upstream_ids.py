@@ -23,10 +23,10 @@ from proxai.testing.memory_socket import open_memory_socket
 from proxai.testing.redis import open_redis
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, TURN2_EVENTS, TURN2_REQUEST
 from proxai.testing.upstream import RecordedRequest, Script
-from proxai.testing.ws_upstream import RecordedFrame, ScriptedSocketUpstream, SocketScript
+from proxai.testing.ws_upstream import ScriptedSocketUpstream
 
 from ..state.conftest import needs_redis
-from .test_websocket import create
+from .test_websocket import create, ws_seed
 
 KEYS = {"keys": ["sk-a", "sk-b"]}
 A = [(b"authorization", b"Bearer sk-a")]
@@ -171,11 +171,6 @@ async def test_another_key_cannot_chain_onto_it_over_a_socket(
     assert referenced["error"]["code"] == "item_not_found"  # type: ignore[index]
     assert chained == TURN2_EVENTS
     assert len(proxy.transport.requests) == 2  # A's two turns
-
-
-def ws_seed(frame: RecordedFrame) -> SocketScript:
-    turn2 = frame.json().get("previous_response_id") == "resp_01"
-    return SocketScript.events(TURN2_EVENTS if turn2 else TURN1_EVENTS)
 
 
 async def test_another_key_cannot_chain_onto_it_on_an_upstream_socket(

@@ -199,9 +199,11 @@ async def open_stream(url: str, nursery: trio.Nursery, opened: list[int]) -> tri
     return scope
 
 
-async def test_the_fleets_concurrency_is_n_over_both_processes(
-    start_upstream: Any, tmp_path: Path
-) -> None:
+@asynccontextmanager
+async def full_fleet(start_upstream: Any, tmp_path: Path) -> AsyncIterator[Any]:
+    """Two processes on one Redis with ``max_concurrent_streams = 3``, the three slots
+    taken by streams that stall (two on the first process, one on the second): yields
+    the Redis, both processes, the nursery the streams run in, their statuses and scopes."""
     upstream = await start_upstream(stalled)
     async with open_redis() as redis:
         config = fleet_config(
@@ -211,12 +213,21 @@ async def test_the_fleets_concurrency_is_n_over_both_processes(
             with trio.fail_after(HANG):
                 opened: list[int] = []
                 scopes = [await open_stream(p.url, nursery, opened) for p in (a, b, a)]
-                over = [await status_of(p.url) for p in (a, b)]
-                scopes[1].cancel()  # one ends on b: a slot comes back for a
-                while (answer := await status_of(a.url)).status_code == 503:  # noqa: ASYNC110
-                    await trio.sleep(0.05)  # until b has seen its client go
-                for scope in scopes:
-                    scope.cancel()
+            yield redis, a, b, nursery, opened, scopes
+            nursery.cancel_scope.cancel()
+
+
+async def test_the_fleets_concurrency_is_n_over_both_processes(
+    start_upstream: Any, tmp_path: Path
+) -> None:
+    async with full_fleet(start_upstream, tmp_path) as (_, a, b, _nursery, opened, scopes):
+        with trio.fail_after(HANG):
+            over = [await status_of(p.url) for p in (a, b)]
+            scopes[1].cancel()  # one ends on b: a slot comes back for a
+            while (answer := await status_of(a.url)).status_code == 503:  # noqa: ASYNC110
+                await trio.sleep(0.05)  # until b has seen its client go
+            for scope in scopes:
+                scope.cancel()
     assert opened == [200, 200, 200]
     assert [r.status_code for r in over] == [503, 503]
     error = over[0].json()["error"]
@@ -334,41 +345,33 @@ async def test_a_redis_blip_while_streams_end_leaves_no_slot_taken_once_it_answe
     """Issue 38: the streams that ended while Redis was away (their release timed out),
     and those served unlimited meanwhile (their admission timed out but ran once Redis
     woke), held the fleet's 3 slots for a whole lease: every request was 503."""
-    upstream = await start_upstream(stalled)
-    async with open_redis() as redis:
-        config = fleet_config(
-            tmp_path / "p.toml", upstream.base_url, redis.url, limits="max_concurrent_streams = 3\n"
-        )
-        async with fleet(config, "two processes") as (a, b), trio.open_nursery() as nursery:
-            with trio.fail_after(HANG):
-                opened: list[int] = []
-                scopes = [await open_stream(p.url, nursery, opened) for p in (a, b, a)]
-                if blip == "frozen":
-                    redis.freeze()
+    async with full_fleet(start_upstream, tmp_path) as (redis, a, b, nursery, opened, scopes):
+        with trio.fail_after(HANG):
+            if blip == "frozen":
+                redis.freeze()
+            else:
+                await redis.stop()
+            # Served unlimited while Redis is away (fail open).
+            scopes += [await open_stream(p.url, nursery, opened) for p in (b, a)]
+            for scope in scopes:
+                scope.cancel()
+            await trio.sleep(1.5)  # every release has given up ([state] timeout 0.5 s)
+            if blip == "frozen":
+                redis.thaw()
+            else:
+                await redis.start()
+            await redis_answers(redis.url)
+            back = trio.current_time()
+            # The fleet's whole limit, held at once again: no slot is left taken.
+            held: list[trio.CancelScope] = []
+            while len(held) < 3 and trio.current_time() - back < 10:
+                status: list[int] = []
+                scope = await open_stream((a, b)[len(held) % 2].url, nursery, status)
+                if status == [200]:
+                    held.append(scope)
                 else:
-                    await redis.stop()
-                # Served unlimited while Redis is away (fail open).
-                scopes += [await open_stream(p.url, nursery, opened) for p in (b, a)]
-                for scope in scopes:
-                    scope.cancel()
-                await trio.sleep(1.5)  # every release has given up ([state] timeout 0.5 s)
-                if blip == "frozen":
-                    redis.thaw()
-                else:
-                    await redis.start()
-                await redis_answers(redis.url)
-                back = trio.current_time()
-                # The fleet's whole limit, held at once again: no slot is left taken.
-                held: list[trio.CancelScope] = []
-                while len(held) < 3 and trio.current_time() - back < 10:
-                    status: list[int] = []
-                    scope = await open_stream((a, b)[len(held) % 2].url, nursery, status)
-                    if status == [200]:
-                        held.append(scope)
-                    else:
-                        await trio.sleep(0.05)
-                all_held = trio.current_time() - back
-            nursery.cancel_scope.cancel()
+                    await trio.sleep(0.05)
+            all_held = trio.current_time() - back
     assert opened == [200] * 5
     assert len(held) == 3, f"{3 - len(held)} slots still taken 10 s after Redis answered"
     # Within a retry of the pending releases (1 s), not the lease (30 s).
