@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-stateful test-browser test-clients lint typecheck check clean reliability-doc bench redis
+.PHONY: demo test soak test-stateful test-browser test-clients lint typecheck check clean reliability-doc bench redis
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ demo: $(STAMP)
 ## test: the whole test suite (what CI runs)
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+## soak: the pools' churn on a real proxai serve (10 s, sampled in real time: out of `make test`)
+soak: $(STAMP)
+	$(BIN)/python -m pytest tests/soak -p no:cacheprovider --override-ini addopts=-ra
 
 ## test-stateful: the no-hang machine's long profile (docs/cancellation.md): new examples each run,
 ## PROXAI_STATEFUL_EXAMPLES per start state (24 of them)

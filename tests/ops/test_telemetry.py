@@ -139,7 +139,13 @@ async def test_a_completed_stream_is_a_server_span_over_a_client_span_whose_cont
     assert server.attributes["proxai.duration"] > 0
     assert client_span.attributes["server.address"] == "127.0.0.1"
     assert client_span.attributes["server.port"] == upstream.port
-    assert client_span.attributes["gen_ai.response.time_to_first_chunk"] >= 0
+    # The attempt's own time to its first event, measured (a clamp at 0 would pass a
+    # `>= 0` check whatever it measured).
+    [attempt] = outcome.attempts
+    assert outcome.first_event_s is not None and outcome.total_s is not None
+    ttfc = client_span.attributes["gen_ai.response.time_to_first_chunk"]
+    assert ttfc == pytest.approx(outcome.first_event_s - attempt.started_s)
+    assert 0 < ttfc < outcome.total_s
     assert "error.type" not in server.attributes and server.status == "UNSET"
     first = server.event("proxai.first_event")
     assert first is not None and server.start_ns <= first.time_ns <= server.end_ns
