@@ -92,17 +92,19 @@ async def test_workers_share_one_port(start_upstream: Any, tmp_path: Path) -> No
     async with serve_process(config, "--workers", "2") as px:
         await px.read_log_until_count(rb"Running on ", 2)  # both workers ready
         pids: set[bytes] = set()
-        async with httpx.AsyncClient(timeout=30) as client:
-            for wave in range(1, 6):  # waves of concurrent streams until both workers served
+        for wave in range(1, 11):  # waves of concurrent streams until both workers served
+            # A new client each wave: new connections, which either worker may accept (a
+            # kept-alive pool would carry every later wave to the first wave's worker).
+            async with httpx.AsyncClient(timeout=30) as client:
                 streams: list[dict[str, Any]] = [{} for _ in range(20)]
                 async with trio.open_nursery() as nursery:
                     for into in streams:
                         nursery.start_soon(stream, client, px.url + "/v1/responses", "m", into)
-                assert [s["body"] for s in streams] == [TURN1] * 20
-                await px.read_log_until_count(rb"proxai\.request\[\d+\]: POST", 20 * wave)
-                pids = set(re.findall(rb"proxai\.request\[(\d+)\]: POST", px.log))
-                if len(pids) > 1:
-                    break
+            assert [s["body"] for s in streams] == [TURN1] * 20
+            await px.read_log_until_count(rb"proxai\.request\[\d+\]: POST", 20 * wave)
+            pids = set(re.findall(rb"proxai\.request\[(\d+)\]: POST", px.log))
+            if len(pids) > 1:
+                break
         code = await px.stop()
     assert len(pids) == 2, px.log.decode()
     assert code == 0
