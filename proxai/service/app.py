@@ -575,6 +575,8 @@ class ProxaiApp:
                 outcome.method, self._operation(incoming), prepared.data
             )
         state = await self._state_plan(incoming, body, prepared)
+        if state is not None:
+            outcome.warnings.extend(state.warnings)
         if state is not None and state.body is not body:
             body = state.body
             prepared = self._planner.prepare(incoming, body)

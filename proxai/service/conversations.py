@@ -34,6 +34,7 @@ import orjson
 from ..errors import ProxyError
 from ..policy.upstream_ids import Isolation, named_in_path
 from ..protocols.responses.history import (
+    Needs,
     expand,
     item_not_found,
     needs,
@@ -43,7 +44,7 @@ from ..protocols.responses.history import (
 )
 from ..protocols.responses.record import ResponseRecord
 from ..protocols.responses.socket import new_response_id
-from ..state import ResponseStatus, StateStore, StoredResponse
+from ..state import ResponseStatus, StateStore, StateUnavailable, StoredResponse
 from ..translate.ir import StoredAs
 from ..wire.json_body import dumps_exact
 
@@ -67,6 +68,8 @@ class StatePlan:
     instructions: Any = None
     #: Set when the upstream's ids of the response are claimed for ``tenant``.
     claims: bool = False
+    #: What the request's record should say (a lookup the store did not answer).
+    warnings: tuple[str, ...] = ()
 
 
 class Conversations:
@@ -103,9 +106,44 @@ class Conversations:
         if named.previous_id is None and not named.references and not storing:
             # A request that uses no state pays nothing (but its claim, once answered).
             return StatePlan(body, tenant, claims=claims)
-        # What the request pulls from the store (each reference as often as it is
-        # named) is bounded as a socket's conversation is: a few bytes naming stored
-        # work must not multiply it upstream, nor a chain grow it without end.
+        if upstream_keeps_state and self.isolation is None:
+            try:
+                return await self._resolve(
+                    body, data, named, tenant=tenant, upstream_keeps_state=True, claims=claims
+                )
+            except StateUnavailable as exc:
+                # The upstream holds its own chains: with no one to isolate, a store
+                # that does not answer must not refuse what the upstream can serve. The
+                # request goes as sent (an id only proxai held then gets the upstream's
+                # own not-found).
+                warning = f"sent as the client wrote it: proxai's stored responses: {exc}"
+                return StatePlan(body, tenant, claims=claims, warnings=(warning,))
+        return await self._resolve(
+            body,
+            data,
+            named,
+            tenant=tenant,
+            upstream_keeps_state=upstream_keeps_state,
+            claims=claims,
+            storing=storing,
+        )
+
+    async def _resolve(
+        self,
+        body: bytes,
+        data: Mapping[str, Any],
+        named: Needs,
+        *,
+        tenant: str,
+        upstream_keeps_state: bool,
+        claims: bool,
+        storing: bool = False,
+    ) -> StatePlan:
+        """Look up what the request names and expand it into a self-contained one.
+
+        What the request pulls from the store (each reference as often as it is named)
+        is bounded as a socket's conversation is: a few bytes naming stored work must not
+        multiply it upstream, nor a chain grow it without end."""
         room = self.max_record_bytes
         prior: tuple[bytes, ...] | None = None
         if named.previous_id is not None:

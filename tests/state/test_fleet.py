@@ -14,7 +14,7 @@ import trio
 
 from proxai.outcome import OutcomeKind
 from proxai.testing.redis import open_redis
-from proxai.testing.seed import TURN1_REQUEST, TURN2_REQUEST
+from proxai.testing.seed import TURN1_REQUEST, TURN2_REQUEST, seed_responder
 from tests.helpers import CHAT_UPSTREAM, openai_client
 from tests.process import serve_process
 from tests.service.test_websocket import chat_turns
@@ -122,3 +122,27 @@ async def test_while_redis_is_away_lookups_get_503_and_the_rest_is_served(
     assert warned.stored_as is None
     assert any("not stored" in w for w in warned.warnings)
     assert recovered.status == "completed" and recovered.previous_response_id == again.id
+
+
+async def test_while_redis_is_away_a_chain_bound_for_an_upstream_that_keeps_state_is_forwarded(
+    start_upstream: Any, proxai_for: Any
+) -> None:
+    """An upstream that keeps its own state (OpenAI) holds the chain: proxai's store is not
+    needed for it, so Redis away must not turn the request into a 503 (issue 37): it is
+    forwarded as sent, ``previous_response_id`` and all."""
+    upstream = await start_upstream(seed_responder)
+    async with open_redis() as redis:
+        state = {"backend": "redis", "url": redis.url, "timeout": 0.5}
+        async with (
+            proxai_for(upstream, state=state) as px,
+            httpx.AsyncClient(base_url=px.url, timeout=30) as http,
+        ):
+            await redis.stop()
+            with trio.fail_after(10):
+                chained = await http.post("/v1/responses", json=TURN2_REQUEST)
+                [outcome] = await px.wait_for_outcomes(1)
+    assert chained.status_code == 200 and b"response.completed" in chained.content
+    [sent] = upstream.requests
+    assert sent.json()["previous_response_id"] == TURN2_REQUEST["previous_response_id"]
+    assert outcome.kind is OutcomeKind.COMPLETED
+    assert any("sent as the client wrote it" in w for w in outcome.warnings)
