@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -162,3 +163,34 @@ def test_no_module_outside_the_table_branches_on_the_protocol() -> None:
         if module not in TABLE_MODULES:
             named += _members_named(path)
     assert named == [], "put what depends on the protocol in a row of protocols/table.py"
+
+
+#: An API endpoint's path spelled out (``"/v1/responses"``, ``b"/v1/messages"``, a regex
+#: of one), as opposed to ``/v1`` itself: the table's to know.
+_ENDPOINT = re.compile(r"^\^?/v1/\w")
+#: Where a path may be spelled: the table, and the test helpers, which play clients and
+#: upstreams (a client names the path it asks for).
+PATH_MODULES = {"proxai/protocols/table.py"}
+
+
+def _paths_named(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str | bytes):
+            text = node.value if isinstance(node.value, str) else node.value.decode("latin-1")
+            if _ENDPOINT.match(text):
+                found.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} {text[:40]!r}")
+    return found
+
+
+def test_no_module_outside_the_table_spells_an_api_path() -> None:
+    """A path literal outside the table is a branch on the protocol too (issue 37): a
+    module that needs the stored responses' path or the socket's reads it from the row
+    (``STORED_PATH``, ``SOCKET_API``)."""
+    named = []
+    for path in sorted(ROOT.rglob("*.py")):
+        module = str(path.relative_to(ROOT.parent))
+        if module not in PATH_MODULES and not module.startswith("proxai/testing/"):
+            named += _paths_named(path)
+    assert named == [], "read API paths from a row of protocols/table.py"

@@ -18,9 +18,11 @@ from collections.abc import Sequence
 
 import attrs
 
+from ..protocols.table import STORED_PATH
+
 __all__ = ["Isolation", "named_in_path"]
 
-_PREFIX = "/v1/responses/"
+_PREFIX = STORED_PATH + "/"
 
 
 @attrs.frozen

@@ -42,6 +42,9 @@ __all__ = [
     "DEFAULT_KIND",
     "OPENAI_SDK",
     "SERVED_PREFIXES",
+    "SOCKET_API",
+    "STORED_API",
+    "STORED_PATH",
     "UPSTREAM_PROTOCOLS",
     "Api",
     "ClientSdk",
@@ -275,6 +278,13 @@ APIS: tuple[Api, ...] = (
 )
 #: The APIs whose path holds no field, by path: found with one dict lookup.
 API_BY_PATH = {api.path.template: api for api in APIS if api.path.literal}
+#: The API whose responses are stored and named by later requests, and the one whose
+#: requests a WebSocket may carry: the rows that say so, so that no module outside the
+#: table spells their paths.
+STORED_API = next(api for api in APIS if api.stored)
+SOCKET_API = next(api for api in APIS if api.socket)
+#: Where a stored response lives: ``GET``/``DELETE`` ``{STORED_PATH}/{id}``, and below it.
+STORED_PATH = STORED_API.path.template
 
 _OPENAI_MISSING = "no OpenAI-compatible upstream is configured"
 

@@ -35,7 +35,7 @@ from ..policy.retry import RetryBudget, RetryPlan
 from ..policy.target import check_head_size, check_path, check_target
 from ..policy.upstream_ids import Isolation
 from ..protocols.responses.record import ResponseRecord
-from ..protocols.table import UPSTREAM_PROTOCOLS
+from ..protocols.table import SOCKET_API, UPSTREAM_PROTOCOLS
 from ..relay.exchange import Exchange, ProxiedRequest, UpstreamTarget
 from ..relay.relay import Relay
 from ..relay.writer import Downstream, error_response, send_error
@@ -376,7 +376,7 @@ class ProxaiApp:
 
     def turn_incoming(self, headers: Headers) -> Incoming:
         """A socket's turn as the ``POST /v1/responses`` it is carried as."""
-        path = "/v1/responses"
+        path = SOCKET_API.path.template
         return self._incoming(
             {"method": "POST", "path": path, "query_string": b"", "headers": headers}
         )

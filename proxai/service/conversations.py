@@ -44,13 +44,14 @@ from ..protocols.responses.history import (
 )
 from ..protocols.responses.record import ResponseRecord
 from ..protocols.responses.socket import new_response_id
+from ..protocols.table import STORED_PATH
 from ..state import ResponseStatus, StateStore, StateUnavailable, StoredResponse
 from ..translate.ir import StoredAs
 from ..wire.json_body import dumps_exact
 
 __all__ = ["Conversations", "StatePlan", "is_response_path", "response_not_found"]
 
-_RESPONSE_PATH = re.compile(r"/v1/responses/(resp_[A-Za-z0-9_-]{1,200})(/input_items)?")
+_RESPONSE_PATH = re.compile(re.escape(STORED_PATH) + r"/(resp_[A-Za-z0-9_-]{1,200})(/input_items)?")
 
 
 @attrs.frozen

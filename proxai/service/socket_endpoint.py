@@ -37,7 +37,7 @@ from ..protocols.responses.socket import (
     read_frame,
     warm_up_events,
 )
-from ..protocols.table import UPSTREAM_PROTOCOLS, api_for
+from ..protocols.table import SOCKET_API, UPSTREAM_PROTOCOLS, api_for
 from ..upstream.websocket import UpstreamSocket
 from .asgi_io import ASGIReceive, ASGISend
 from .plan import Incoming
@@ -244,7 +244,7 @@ class SocketEndpoint:
         incoming = app.turn_incoming(state.headers)
         outcome = Outcome(
             "response.create",
-            "/v1/responses",
+            SOCKET_API.path.template,
             request_id=incoming.request_id,
             transport="websocket",
             socket_id=state.socket_id,
