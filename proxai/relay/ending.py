@@ -117,6 +117,12 @@ def after_client_end(
     never broken off (a retrying client would run the turn again). How the upstream
     ended is kept as an anomaly.
     """
+    if client_end is not None and verdict.kind is OutcomeKind.CLIENT_STALLED:
+        # The client's terminal event is already on its way (held for it, or queued): a
+        # client that reads it has the whole response and is recorded so, as a
+        # pass-through observer records it; one that never does is recorded stalled
+        # when its connection ends (client_gone). Not broken off.
+        return Verdict(client_end), None
     if client_end is None or verdict.kind not in _UPSTREAM_ENDS:
         return verdict, None
     if verdict.kind is OutcomeKind.UPSTREAM_EOF:

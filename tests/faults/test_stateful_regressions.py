@@ -117,3 +117,38 @@ def test_a_client_that_stalls_after_the_terminal_and_then_reads_it_all_completed
         assert reply.ending is not None and reply.ending[0] == "complete"
         assert reply.outcome is not None
         assert reply.outcome.kind is OutcomeKind.COMPLETED
+
+
+def test_a_translated_response_held_for_a_stalled_client_is_not_broken_off() -> None:
+    # Found by the machine's long profile (responses-chat-sse-tools2, issue 38's run), as
+    # hypothesis printed it:
+    #   state.upstream_answers_an_error(retry_after=False, status=429)
+    #   state.time_passes(seconds=0.25)
+    #   state.upstream_answers_an_error(retry_after=False, status=429)
+    #   state.client_sends_the_next_request()
+    #   state.shutdown_begins()
+    #   state.upstream_sends_its_head()
+    #   state.upstream_sends_several_events(count=12)
+    #   state.time_passes(seconds=11.75)
+    #   state.time_passes(seconds=19.75)
+    #   state.teardown()
+    # Failure: response 1 broken off (its body ended on response.completed, unterminated).
+    # The client read nothing for client_write: the relay held its last bytes, which held
+    # the translated response.completed, but judged the client stalled and aborted the
+    # body after them; the client that then read got a complete stream broken off.
+    with machine(Start(WireApi.RESPONSES, WireApi.CHAT, socket=False, tools=2)) as step:
+        step("upstream_answers_an_error", retry_after=False, status=429)
+        step("time_passes", seconds=0.25)
+        step("upstream_answers_an_error", retry_after=False, status=429)
+        step("client_sends_the_next_request")
+        step("shutdown_begins")
+        step("upstream_sends_its_head")
+        step("upstream_sends_several_events", count=12)
+        step("time_passes", seconds=11.75)
+        step("time_passes", seconds=19.75)
+        world = step.state.world  # type: ignore[attr-defined]
+        turn = world.replies[1]
+        while turn.finished_at is None and world.unread():
+            step("client_reads", everything=True)
+        assert turn.outcome is not None and turn.outcome.kind is OutcomeKind.COMPLETED
+        assert not turn.aborted and turn.ended_at is not None

@@ -143,11 +143,24 @@ def test_the_clients_incomplete_or_failed_end_is_kept() -> None:
         assert after_client_end(eof, client_end=client_end)[0].kind is client_end
 
 
-def test_before_the_clients_end_or_for_its_own_stall_the_verdict_stands() -> None:
+def test_before_the_clients_end_the_verdict_stands() -> None:
     eof = Verdict(OutcomeKind.UPSTREAM_EOF, "closed", CLOSING)
     assert after_client_end(eof, client_end=None) == (eof, None)
     stalled = Verdict(OutcomeKind.CLIENT_STALLED, "the client read nothing")
-    assert after_client_end(stalled, client_end=OutcomeKind.COMPLETED) == (stalled, None)
+    assert after_client_end(stalled, client_end=None) == (stalled, None)
+
+
+def test_a_client_that_stalls_after_its_translated_end_gets_it_whole_not_broken_off() -> None:
+    """Found by the no-hang machine (responses over Chat): the translated terminal was
+    held for a client that had read nothing for ``client_write``; the stall's verdict
+    stood, so the body was aborted after it when the client read on. As a pass-through
+    observer does, the client's end is what the response is recorded as (a client that
+    never reads it is recorded stalled when its connection ends, ``client_gone``)."""
+    stalled = Verdict(OutcomeKind.CLIENT_STALLED, "the client read nothing")
+    verdict, anomaly = after_client_end(stalled, client_end=OutcomeKind.COMPLETED)
+    assert (verdict, anomaly) == (Verdict(OutcomeKind.COMPLETED), None)
+    end = decide(verdict, status=200, forwarded=True, finished=False, can_abort=True)
+    assert (end.kind, end.closing, end.abort) == (OutcomeKind.COMPLETED, b"", False)
 
 
 def test_a_translation_that_failed_with_no_error_to_write_is_broken_off() -> None:
