@@ -107,27 +107,24 @@ class Conversations:
         if named.previous_id is None and not named.references and not storing:
             # A request that uses no state pays nothing (but its claim, once answered).
             return StatePlan(body, tenant, claims=claims)
-        if upstream_keeps_state and self.isolation is None:
-            try:
-                return await self._resolve(
-                    body, data, named, tenant=tenant, upstream_keeps_state=True, claims=claims
-                )
-            except StateUnavailable as exc:
-                # The upstream holds its own chains: with no one to isolate, a store
-                # that does not answer must not refuse what the upstream can serve. The
-                # request goes as sent (an id only proxai held then gets the upstream's
-                # own not-found).
-                warning = f"sent as the client wrote it: proxai's stored responses: {exc}"
-                return StatePlan(body, tenant, claims=claims, warnings=(warning,))
-        return await self._resolve(
-            body,
-            data,
-            named,
-            tenant=tenant,
-            upstream_keeps_state=upstream_keeps_state,
-            claims=claims,
-            storing=storing,
-        )
+        try:
+            return await self._resolve(
+                body,
+                data,
+                named,
+                tenant=tenant,
+                upstream_keeps_state=upstream_keeps_state,
+                claims=claims,
+                storing=storing,
+            )
+        except StateUnavailable as exc:
+            if not upstream_keeps_state or self.isolation is not None:
+                raise
+            # The upstream holds its own chains: with no one to isolate, a store that
+            # does not answer must not refuse what the upstream can serve. The request
+            # goes as sent (an id only proxai held then gets the upstream's not-found).
+            warning = f"sent as the client wrote it: proxai's stored responses: {exc}"
+            return StatePlan(body, tenant, claims=claims, warnings=(warning,))
 
     async def _resolve(
         self,
@@ -138,7 +135,7 @@ class Conversations:
         tenant: str,
         upstream_keeps_state: bool,
         claims: bool,
-        storing: bool = False,
+        storing: bool,
     ) -> StatePlan:
         """Look up what the request names and expand it into a self-contained one.
 
