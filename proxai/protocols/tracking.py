@@ -177,6 +177,7 @@ class TrackingObserver(StreamObserver):
         self._events = 0
         self._terminal: OutcomeKind | None = None
         self._terminal_detail: str | None = None
+        self._terminal_closing = b""
         self._stalled: TrackedItem | None = None
         self._anomalies: list[str] = []
         self._anomalies_dropped = 0
@@ -302,11 +303,16 @@ class TrackingObserver(StreamObserver):
         if self._over is None and self._terminal is None:
             self._over = self._fail(OutcomeKind.UPSTREAM_OVER_LIMIT, message + self._where())
 
-    def finish(self, kind: OutcomeKind, detail: str | None = None) -> None:
-        """The upstream sent its terminal event (the first one counts)."""
+    def finish(self, kind: OutcomeKind, detail: str | None = None, *, closing: bytes = b"") -> None:
+        """The upstream sent its terminal event (the first one counts). ``closing``: the
+        protocol's end marker still owed if the upstream stops here (Chat's ``[DONE]``
+        after its usage chunk); a later terminal without one (the marker itself) pays it."""
         if self._terminal is None:
             self._terminal = kind
             self._terminal_detail = detail
+            self._terminal_closing = closing
+        elif not closing:
+            self._terminal_closing = b""
 
     def compare(self, what: str, aggregate: Aggregate, expected: str) -> None:
         """Check what the deltas spelled against the upstream's whole value (a part not
@@ -416,7 +422,7 @@ class TrackingObserver(StreamObserver):
             return self._over
         if self._terminal is not None:
             # The client has its terminal event; the upstream just never hung up.
-            return Verdict(self._terminal, self._terminal_detail)
+            return Verdict(self._terminal, self._terminal_detail, self._terminal_closing)
         idle_deadline = self._last_activity + self._idle
         stalled = self._earliest_guarded()
         if stalled is not None and stalled.last_progress + self._tool_arguments <= min(
@@ -454,7 +460,10 @@ class TrackingObserver(StreamObserver):
         if self._over is not None:
             return self._over
         if self._terminal is not None:
-            return Verdict(self._terminal, self._terminal_detail)
+            if fault is not None:  # the client lost nothing; the upstream's break is noted
+                how = fault.value + (f" ({detail})" if detail else "")
+                self.note(f"the upstream's stream ended as {how} after its terminal event")
+            return Verdict(self._terminal, self._terminal_detail, self._terminal_closing)
         if fault is None:
             return self._fail(
                 OutcomeKind.UPSTREAM_EOF,

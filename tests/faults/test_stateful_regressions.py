@@ -152,3 +152,28 @@ def test_a_translated_response_held_for_a_stalled_client_is_not_broken_off() -> 
             step("client_reads", everything=True)
         assert turn.outcome is not None and turn.outcome.kind is OutcomeKind.COMPLETED
         assert not turn.aborted and turn.ended_at is not None
+
+
+def test_a_chat_stream_silent_after_its_usage_chunk_ends_without_an_error_chunk() -> None:
+    # Found by the machine's long profile (chat-chat-sse-tools0 and -tools2), as
+    # hypothesis printed it:
+    #   state.upstream_sends_its_head()
+    #   state.upstream_splits_an_event(cut=1)  (twice)
+    #   state.upstream_sends_the_next_event()  (five times)
+    #   state.time_passes(seconds=30.0)
+    #   state.teardown()
+    # Failure: the client's strict checks, "a choices: [] chunk before the end". The
+    # upstream passed through its finish_reason and its usage chunk, then went silent;
+    # proxai appended its upstream_timeout error chunk at idle to a response the client
+    # already had whole.
+    with machine(Start(WireApi.CHAT, WireApi.CHAT, socket=False, tools=0)) as step:
+        step("upstream_sends_its_head")
+        step("upstream_splits_an_event", cut=1)
+        step("upstream_splits_an_event", cut=1)
+        for _ in range(5):
+            step("upstream_sends_the_next_event")
+        step("time_passes", seconds=30.0)
+        step("client_reads", everything=True)
+        (reply,) = step.state.world.replies  # type: ignore[attr-defined]
+        assert reply.ending is not None and reply.ending[0] == "complete"
+        assert reply.outcome is not None and reply.outcome.kind is OutcomeKind.COMPLETED

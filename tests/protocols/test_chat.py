@@ -437,3 +437,53 @@ async def test_no_client_key_header_reaches_the_upstream(autojump_clock: MockClo
     sent = proxy.transport.requests[0].headers
     assert not any(b"client-" in value for _, value in sent)
     assert (b"authorization", b"Bearer sk-up") in sent
+
+
+USAGE = chat_chunk(None, usage={"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13})
+
+
+@pytest.mark.parametrize(
+    ("finish", "kind"), [("tool_calls", OutcomeKind.COMPLETED), ("length", OutcomeKind.INCOMPLETE)]
+)
+@pytest.mark.parametrize(("then", "after"), [(Stall(), 1.0), (Close(), 0.0)])
+async def test_silence_after_the_usage_chunk_ends_the_stream_cleanly(
+    autojump_clock: MockClock, finish: str, kind: OutcomeKind, then: Any, after: float
+) -> None:
+    """The usage chunk (``choices: []``) after every choice's ``finish_reason`` is the
+    last one OpenAI sends before ``[DONE]``: an upstream silent (or gone) after it has
+    nothing left to say, so the client gets the ``[DONE]`` it was owed, after the
+    after-terminal grace (or at once), never an error chunk after a response it has
+    whole (found by the no-hang machine's long profile, ``chat-chat-sse-tools0``)."""
+    sent = ROLE + b"".join(WEATHER) + chunk(finish=finish) + USAGE
+    async with MemoryProxy([Script(steps=[Send(sent), then])]) as proxy:
+        exchange = await proxy.request(REQUEST, path=CHAT)
+    assert exchange.body == sent + DONE
+    assert exchange.elapsed == after
+    assert exchange.outcome is not None and exchange.outcome.kind is kind
+    assert sdk_final(exchange.body).choices[0].message.tool_calls[0].function.arguments == (
+        '{"city":"北京"}'
+    )
+
+
+async def test_a_usage_chunk_while_a_choice_is_open_is_not_the_end(
+    autojump_clock: MockClock,
+) -> None:
+    """vLLM's continuous usage, or a usage chunk mid-stream: choice 1 has not finished,
+    so silence after it is still a stall of that choice."""
+    sent = ROLE + chunk({"content": "a"}, index=1) + chunk(finish="stop") + USAGE
+    async with MemoryProxy([Script(steps=[Send(sent), Stall()])]) as proxy:
+        exchange = await proxy.request(REQUEST, path=CHAT)
+    assert exchange.body.startswith(sent)
+    assert exchange.elapsed == 30.0
+    assert "choice 1" in error_then_done(exchange.body)["message"]
+    assert exchange.outcome is not None and exchange.outcome.kind is OutcomeKind.STALLED_IDLE
+
+
+async def test_done_after_the_usage_chunk_is_passed_through_once(
+    autojump_clock: MockClock,
+) -> None:
+    script = Script.sse([ROLE, *WEATHER, chunk(finish="tool_calls"), USAGE, DONE])
+    async with MemoryProxy([script]) as proxy:
+        exchange = await proxy.request(REQUEST, path=CHAT)
+    assert exchange.body == script.body
+    assert exchange.outcome is not None and exchange.outcome.kind is OutcomeKind.COMPLETED

@@ -8,8 +8,12 @@ Each ``data:`` line is a chunk (or ``[DONE]``). The reader reports to its observ
   is guarded by ``tool_arguments``; a choice's ``finish_reason`` closes all of its
   calls (and its text). The legacy ``delta.function_call`` is one more call;
 - the text of each choice, and each call's arguments, aggregated from the deltas;
-- the terminal: the stream is complete only at ``data: [DONE]``; a payload with
-  an ``error`` member (with or without ``event: error``) is terminal too.
+- the terminal: ``data: [DONE]``, or the usage chunk (``choices: []``, the last one
+  OpenAI sends before ``[DONE]``) once every choice seen has its ``finish_reason``:
+  an upstream silent or gone after it has nothing left to say, so the client's body
+  gets the ``[DONE]`` it was owed (after the after-terminal grace, or at the body's
+  end) instead of an error chunk; a payload with an
+  ``error`` member (with or without ``event: error``) is terminal too.
 
 A stream proxai ends itself gets ``data: {"error": {...}}`` then
 ``data: [DONE]``: the official openai SDK raises ``APIError`` on the first.
@@ -32,8 +36,12 @@ from ..tracking import TrackedItem, TrackingObserver
 __all__ = ["ChatReader", "synthesized_error"]
 
 DONE = b"[DONE]"
+DONE_LINE = b"data: [DONE]\n\n"
 #: Finish reasons that mean the answer was cut short.
 _INCOMPLETE_REASONS = frozenset({"length", "content_filter"})
+
+#: Choices tracked for the usage chunk's end; a stream with more ends only at [DONE].
+_MAX_UNFINISHED = 1024
 
 CallKey = tuple[int, int | str]
 
@@ -41,7 +49,7 @@ CallKey = tuple[int, int | str]
 def synthesized_error(message: str, *, code: str = "server_error") -> bytes:
     """The error chunk and ``[DONE]`` proxai ends a broken Chat Completions stream with."""
     error = {"message": message, "type": "server_error", "param": None, "code": code}
-    return sse_event(None, {"error": error}) + b"data: [DONE]\n\n"
+    return sse_event(None, {"error": error}) + DONE_LINE
 
 
 class ChatReader:
@@ -57,14 +65,16 @@ class ChatReader:
         self.texts: dict[int, Aggregate] = {}
         self._incomplete: set[int] = set()  # choices whose last finish_reason cut them short
         self._incomplete_unkept = False  # one that could not be kept did (past max_kept)
+        self._unfinished: set[int] = set()  # choices seen without their finish_reason
+        self._finished_any = False
+        self._unfinished_overflow = False
         #: Open calls whose record was not kept (past max_kept): forgotten once closed.
         self._unkept: set[CallKey] = set()
 
     def read(self, event: str | None, data: bytes) -> object:
         tracker = self._tracker
         if data[:1] != b"{" and data.strip() == DONE:
-            incomplete = self._incomplete or self._incomplete_unkept
-            tracker.finish(OutcomeKind.INCOMPLETE if incomplete else OutcomeKind.COMPLETED)
+            self._finish(b"")
             return UNREAD
         try:
             chunk = orjson.loads(data)
@@ -100,9 +110,17 @@ class ChatReader:
         if not isinstance(choices, list):
             tracker.note("chunk without a choices array")
             return
+        if not choices and isinstance(usage, dict) and self._finished_any and not self._unfinished:
+            self._finish(DONE_LINE)  # owed if the upstream stops here
+            return
         for position, choice in enumerate(choices):
             if isinstance(choice, dict):
                 self._choice(choice, position)
+
+    def _finish(self, closing: bytes) -> None:
+        incomplete = self._incomplete or self._incomplete_unkept
+        kind = OutcomeKind.INCOMPLETE if incomplete else OutcomeKind.COMPLETED
+        self._tracker.finish(kind, closing=closing)
 
     def _choice(self, choice: dict[str, Any], position: int) -> None:
         index = choice.get("index")
@@ -125,7 +143,15 @@ class ChatReader:
             if isinstance(function_call, dict):
                 self._call_fragment((index, "function_call"), {}, function_call)
         finish_reason = choice.get("finish_reason")
-        if isinstance(finish_reason, str):
+        if not isinstance(finish_reason, str):
+            if len(self._unfinished) < _MAX_UNFINISHED:
+                self._unfinished.add(index)
+            else:  # past the bound only [DONE] ends the stream
+                self._finished_any = False
+                self._unfinished_overflow = True
+        else:
+            self._unfinished.discard(index)
+            self._finished_any = not self._unfinished_overflow
             self._tracker.stopped_because(finish_reason)
             if finish_reason not in _INCOMPLETE_REASONS:
                 self._incomplete.discard(index)
