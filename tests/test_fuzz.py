@@ -24,6 +24,7 @@ from proxai.protocols.table import APIS, WireApi
 from proxai.protocols.tracking import StreamLimits
 from proxai.testing import Reset, Script, Send
 from proxai.testing.seed import TURN1_EVENTS, turn_bytes
+from proxai.testing.streams import made_bytes as raw
 from proxai.wire.json_body import load_json_object
 from proxai.wire.sse import SSEFramer
 
@@ -83,7 +84,7 @@ def streams(draw: st.DrawFn) -> bytes:
 def check_closing(verdict: Verdict) -> None:
     """Whatever the observer appends is whole events, each with a JSON object."""
     framer = SSEFramer()
-    frames = framer.feed(verdict.closing)
+    frames = framer.feed(raw(verdict.closing))
     assert framer.close() == b""
     for frame in frames:
         if frame.data is not None and frame.data != b"[DONE]":

@@ -73,7 +73,7 @@ class Verdict:
 
     kind: OutcomeKind
     detail: str | None = None
-    closing: bytes = b""
+    closing: Sequence[SSEFrame] = ()
 
 
 @attrs.frozen

@@ -46,7 +46,7 @@ from ..outcome import (
     cap_depth,
     cut_name,
 )
-from ..wire.sse import SSEFrame
+from ..wire.sse import Frames, SSEFrame
 from .aggregate import Aggregate
 from .observer import (
     UNREAD,
@@ -107,7 +107,7 @@ class StreamReader(Protocol):
         The bytes may come from any carrier (an SSE frame today)."""
         ...
 
-    def closing(self, kind: OutcomeKind, message: str) -> bytes:
+    def closing(self, kind: OutcomeKind, message: str) -> Frames:
         """The protocol's terminal events for a stream proxai ends itself, after
         everything the upstream sent."""
         ...
@@ -177,7 +177,7 @@ class TrackingObserver(StreamObserver):
         self._events = 0
         self._terminal: OutcomeKind | None = None
         self._terminal_detail: str | None = None
-        self._terminal_closing = b""
+        self._terminal_closing: Sequence[SSEFrame] = ()
         self._stalled: TrackedItem | None = None
         self._anomalies: list[str] = []
         self._anomalies_dropped = 0
@@ -303,7 +303,9 @@ class TrackingObserver(StreamObserver):
         if self._over is None and self._terminal is None:
             self._over = self._fail(OutcomeKind.UPSTREAM_OVER_LIMIT, message + self._where())
 
-    def finish(self, kind: OutcomeKind, detail: str | None = None, *, closing: bytes = b"") -> None:
+    def finish(
+        self, kind: OutcomeKind, detail: str | None = None, *, closing: Sequence[SSEFrame] = ()
+    ) -> None:
         """The upstream sent its terminal event (the first one counts). ``closing``: the
         protocol's end marker still owed if the upstream stops here (Chat's ``[DONE]``
         after its usage chunk); a later terminal without one (the marker itself) pays it."""
@@ -312,7 +314,7 @@ class TrackingObserver(StreamObserver):
             self._terminal_detail = detail
             self._terminal_closing = closing
         elif not closing:
-            self._terminal_closing = b""
+            self._terminal_closing = ()
 
     def compare(self, what: str, aggregate: Aggregate, expected: str) -> None:
         """Check what the deltas spelled against the upstream's whole value (a part not

@@ -18,6 +18,8 @@ import attrs
 from ..errors import ProxyError, ending_code, shutdown_error
 from ..outcome import CUT_SHORT, STREAM_DEADLINES, UPSTREAM_CUT_SHORT, OutcomeKind
 from ..protocols.observer import Verdict
+from ..wire.sse import Frames
+from .messages import NOTHING, Out, out_of
 
 __all__ = [
     "Ending",
@@ -48,8 +50,9 @@ class Ending:
     detail: str | None
     #: Answer this HTTP error instead of the response (nothing reached the client).
     error: ProxyError | None = None
-    #: Bytes to append to the body (the protocol's synthesized terminal).
-    closing: bytes = b""
+    #: What to append to the body (the protocol's synthesized terminal; or the whole
+    #: response, made at the end).
+    closing: Out = NOTHING
     #: End the body without its final message, so the client sees it broken.
     abort: bool = False
 
@@ -61,7 +64,7 @@ def decide(
     forwarded: bool,
     finished: bool,
     can_abort: bool,
-    whole: bytes | ProxyError | None = None,
+    whole: bytes | Frames | ProxyError | None = None,
     failed_in_band: bool = False,
 ) -> Ending:
     """The end of a response whose upstream answered ``status``.
@@ -86,21 +89,23 @@ def _decide(
     forwarded: bool,
     finished: bool,
     can_abort: bool,
-    whole: bytes | ProxyError | None,
+    whole: bytes | Frames | ProxyError | None,
 ) -> Ending:
     if isinstance(whole, ProxyError):
         return Ending(whole.kind or OutcomeKind.PROXY_ERROR, whole.message, error=whole)
     if not 200 <= status < 300 and verdict.kind is OutcomeKind.COMPLETED:
         verdict = Verdict(OutcomeKind.UPSTREAM_ERROR, f"upstream answered {status}")
     if whole is not None:
-        return Ending(verdict.kind, verdict.detail, closing=whole)
+        closing = Out(whole) if isinstance(whole, bytes) else out_of(whole)
+        return Ending(verdict.kind, verdict.detail, closing=closing)
     if not forwarded and (verdict.closing or verdict.kind in CUT_SHORT):
         return Ending(verdict.kind, verdict.detail, error=error_before_first_byte(verdict))
     # Nothing in the protocol's shape to say it (no observer knows this body): end the
     # response as broken, as the upstream's was, so the client cannot take a cut-short
     # body for a whole one.
     abort = not verdict.closing and verdict.kind in CUT_SHORT and not finished and can_abort
-    return Ending(verdict.kind, verdict.detail, closing=verdict.closing, abort=abort)
+    closing = out_of(verdict.closing) if verdict.closing else NOTHING
+    return Ending(verdict.kind, verdict.detail, closing=closing, abort=abort)
 
 
 def after_client_end(

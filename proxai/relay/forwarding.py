@@ -24,8 +24,9 @@ from ..protocols.observer import Read, StreamObserver, Verdict
 from ..protocols.tracking import TrackingObserver
 from ..protocols.whole_usage import WholeUsage, is_json_body
 from ..translate.stream import ENDED_AT_END_OF_STREAM, ResponseTranslator
+from ..wire.sse import Frames
 from . import ending
-from .messages import Body, Head
+from .messages import NOTHING, Body, Chunk, Head, out_of
 from .reader import translated_headers
 
 __all__ = ["Forwarding", "PassThrough", "Translated"]
@@ -48,10 +49,10 @@ class Forwarding:
         on). The relay then lets go of the upstream."""
         return None
 
-    def client_bytes(self, message: Body, reads: Sequence[Read]) -> bytes:
-        """What the client gets for one upstream read now (``reads``: its frames as the
-        reader read them, when :attr:`wants_reads`)."""
-        return message.data
+    def client_bytes(self, message: Body, reads: Sequence[Read]) -> Chunk:
+        """What the client gets for one upstream read now, framed (``reads``: its frames
+        as the reader read them, when :attr:`wants_reads`)."""
+        return message
 
     def tail(self, tail: bytes, verdict: Verdict) -> bytes:
         """What the client gets of an unfinished last event at the upstream's end: it is
@@ -79,7 +80,7 @@ class Forwarding:
         """The upstream said in-band that it failed, and the client was told so."""
         return False
 
-    def ending(self, verdict: Verdict) -> tuple[Verdict, bytes | ProxyError | None]:
+    def ending(self, verdict: Verdict) -> tuple[Verdict, bytes | Frames | ProxyError | None]:
         """The observer's verdict in the client's words (its closing bytes the client's
         API's), and the client's whole response when it is made at the end (see
         :func:`~proxai.relay.ending.decide`'s ``whole``)."""
@@ -104,10 +105,10 @@ class PassThrough(Forwarding):
             self._usage = WholeUsage()
         return head
 
-    def client_bytes(self, message: Body, reads: Sequence[Read]) -> bytes:
+    def client_bytes(self, message: Body, reads: Sequence[Read]) -> Chunk:
         if self._usage is not None:
             self._usage.feed(message.data)
-        return message.data
+        return message
 
     @property
     def whole_usage(self) -> dict[str, Any] | None:
@@ -156,8 +157,9 @@ class Translated(Forwarding):
             return Verdict(refusal.kind or OutcomeKind.PROXY_ERROR, refusal.message)
         return None
 
-    def client_bytes(self, message: Body, reads: Sequence[Read]) -> bytes:
-        return self._translator.feed(message.data, reads)
+    def client_bytes(self, message: Body, reads: Sequence[Read]) -> Chunk:
+        frames = self._translator.feed(message.data, reads)
+        return out_of(frames) if frames else NOTHING
 
     def tail(self, tail: bytes, verdict: Verdict) -> bytes:
         # A translated body goes out whole or as the client's events: an unfinished
@@ -176,7 +178,7 @@ class Translated(Forwarding):
     def failed_in_band(self) -> bool:
         return self._translator.failed
 
-    def ending(self, verdict: Verdict) -> tuple[Verdict, bytes | ProxyError | None]:
+    def ending(self, verdict: Verdict) -> tuple[Verdict, bytes | Frames | ProxyError | None]:
         verdict = self._verdict(verdict)
         return verdict, self._whole(verdict)
 
@@ -185,7 +187,7 @@ class Translated(Forwarding):
         whose stream already ended loses nothing to the upstream's end after it)."""
         translator = self._translator
         broken = translator.broken
-        ended = b""
+        ended: Frames = []
         if verdict.kind is OutcomeKind.UPSTREAM_EOF and translator.client_end is None:
             # A clean end of the body is the decoder's too (Chat: after finish_reason).
             ended = translator.end_of_stream()
@@ -196,15 +198,15 @@ class Translated(Forwarding):
         if not translator.passes_frames:
             if broken is None and translator.broken is not None:
                 verdict = self._translation_failed()
-            return attrs.evolve(verdict, closing=b"")
+            return attrs.evolve(verdict, closing=())
         closing = translator.closing(verdict)
         if broken is None and translator.broken is not None:  # failed at the stream's end
             verdict = self._after_client_end(self._translation_failed())
         return attrs.evolve(verdict, closing=ended + closing)
 
-    def _whole(self, verdict: Verdict) -> bytes | ProxyError | None:
+    def _whole(self, verdict: Verdict) -> bytes | Frames | ProxyError | None:
         """A translated response made at the upstream's end (the client asked for no stream,
-        or the upstream answered whole): its bytes, or proxai's error instead; ``None`` when
+        or the upstream answered whole): its body (or events), or proxai's error; ``None`` when
         its events passed as they came, or when the body did not end well (the verdict then
         says the error)."""
         translator = self._translator

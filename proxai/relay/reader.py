@@ -10,16 +10,16 @@ an :class:`~proxai.relay.messages.End`, all stamped on the upstream clock.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 
 import attrs
 import trio
 
 from ..outcome import Outcome, OutcomeKind
-from ..upstream.client import UpstreamBroken, UpstreamReply
+from ..upstream.client import EventTooLarge, UpstreamBroken, UpstreamReply
 from ..wire.coding import CorruptCoding, Decoder, coding_names, content_codings, decodable
 from ..wire.headers import Headers
-from ..wire.sse import SSEFramer
+from ..wire.sse import SSEFrame, SSEFramer
 from .clock import UpstreamClock
 from .exchange import Tap
 from .messages import Body, End, Head, ToObserver
@@ -101,6 +101,10 @@ async def read_body(
     if reading.unreadable is not None:
         log.warning("request %s: %s", outcome.request_id, reading.unreadable)
     await send(channel, Head(response.status, reading.headers, reading.sse, clock.now()))
+    events = response.iter_events() if reading.sse else None
+    if events is not None:
+        await _read_events(events, channel, clock, outcome, tap)
+        return
     framer = SSEFramer() if reading.sse else None
     decoder = Decoder(reading.decode) if reading.decode is not None else None
     try:
@@ -145,6 +149,32 @@ async def read_body(
         await send(channel, End(clock.now(), OutcomeKind.UPSTREAM_RESET, framer.close(), detail))
         return
     await send(channel, End(clock.now(), tail=framer.close() if framer else b""))
+
+
+async def _read_events(
+    events: AsyncIterator[SSEFrame],
+    channel: trio.MemorySendChannel[ToObserver],
+    clock: UpstreamClock,
+    outcome: Outcome,
+    tap: Tap | None,
+) -> None:
+    """Send each event of an upstream whose messages are whole events (a WebSocket):
+    one read, one event, framed as it was made (nothing to parse)."""
+    send = clock.send_paused
+    try:
+        async for frame in events:
+            outcome.bytes_in += len(frame.raw)
+            if tap is not None:
+                tap.upstream.add(frame.raw)
+            await send(channel, Body(frame.raw, (frame,), clock.now()))
+    except UpstreamBroken as exc:
+        await send(channel, End(clock.now(), OutcomeKind.UPSTREAM_RESET, detail=str(exc)))
+        return
+    except EventTooLarge as exc:
+        fault = OutcomeKind.UPSTREAM_EVENT_TOO_LARGE
+        await send(channel, End(clock.now(), fault, detail=str(exc)))
+        return
+    await send(channel, End(clock.now()))
 
 
 async def _frame(

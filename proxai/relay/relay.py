@@ -3,7 +3,7 @@
 Four tasks share the request's nursery, linked by bounded memory channels so
 that a slow client slows the upstream read instead of filling proxai's memory::
 
-    upstream ──httpx──▶ reader ──(frames)──▶ observer ──(bytes)──▶ writer ──▶ client
+    upstream ──httpx──▶ reader ──(frames)──▶ observer ──(frames)──▶ writer ──▶ client
                                                                    watcher ◀── disconnect
 
 - the **reader** is the only task that touches the upstream response: it opens
@@ -51,7 +51,7 @@ from .attempts import AttemptHook, AttemptTrace, open_upstream
 from .clock import UpstreamClock
 from .exchange import Exchange, Tap, UpstreamTarget
 from .forwarding import Forwarding, PassThrough, Translated
-from .messages import Body, End, Head, ToObserver, ToWriter
+from .messages import Body, Chunk, End, Head, Out, ToObserver, ToWriter, merged, split
 from .reader import read_body
 from .writer import JOIN_MAX_BYTES, Closing, Downstream, Writer
 
@@ -88,10 +88,10 @@ class StreamSnapshot:
 
 class _WriterBlocked(Exception):
     """The writer has been blocked on the client too long: ``client_stalled``
-    (``timeouts.client_write``) or ``total_timeout``. ``pending`` holds the bytes
-    that could not be handed over (they are delivered if the client reads again)."""
+    (``timeouts.client_write``) or ``total_timeout``. ``pending`` holds what could
+    not be handed over (it is delivered if the client reads again)."""
 
-    def __init__(self, kind: OutcomeKind, pending: bytes) -> None:
+    def __init__(self, kind: OutcomeKind, pending: Chunk) -> None:
         super().__init__(kind.value)
         self.kind = kind
         self.pending = pending
@@ -309,7 +309,7 @@ class Relay:
             head = self._forwarding.start(head)
             self._observer.on_start(head.at)
             await client.send(head)
-            held: bytes | None = None  # what the writer holds for a client that stopped reading
+            held: Chunk | None = None  # what the writer holds for a client that stopped reading
             try:
                 verdict, forwarded = await self._relay_body(upstream, client)
             except _WriterBlocked as blocked:
@@ -317,7 +317,7 @@ class Relay:
                 # now; the writer delivers the closing bytes if the client ever reads.
                 self._reader_scope.cancel()
                 self._client_stalled = True
-                blocked.pending += self._drain_queued(upstream)
+                blocked.pending = merged([blocked.pending, *self._drain_queued(upstream)])
                 if blocked.kind is OutcomeKind.CLIENT_STALLED:
                     verdict = self._observer.on_client_stalled(self._timeouts.client_write)
                 else:
@@ -336,23 +336,23 @@ class Relay:
                 failed_in_band=forwarding.failed_in_band,
             )
             # The closing as decided, in the client's API (a translator's, not the upstream's).
-            after_stall = None if held is None else held + end.closing
+            after_stall = None if held is None else merged([held, end.closing])
             self._fill()
             self.outcome.kind = end.kind
             self.outcome.detail = end.detail
             if end.error is not None:
                 self.outcome.status = end.error.status
                 await client.send(end.error)
-            elif end.closing and after_stall is None:
+            elif end.closing.data and after_stall is None:
                 # In sends of at most JOIN_MAX_BYTES (a whole translated body can be tens
                 # of MB): client_write bounds each, and the server copies none whole.
-                closing = end.closing
-                for at in range(0, len(closing), JOIN_MAX_BYTES):
+                parts = split(end.closing, JOIN_MAX_BYTES)
+                for at, part in enumerate(parts):
                     try:
-                        await self._to_writer(client, closing[at : at + JOIN_MAX_BYTES])
+                        await self._to_writer(client, part)
                     except _WriterBlocked as blocked:
                         self._client_stalled = True
-                        after_stall = blocked.pending + closing[at + JOIN_MAX_BYTES :]
+                        after_stall = merged([blocked.pending, *parts[at + 1 :]])
                         break
             self._writer.close_with(Closing(after_stall=after_stall, abort=end.abort))
 
@@ -386,13 +386,13 @@ class Relay:
                     async for _ in upstream:  # the reader may be mid-read: let it end
                         pass
                     return over, forwarded
-                data = forwarding.client_bytes(message, reads)
-                if data:
+                chunk = forwarding.client_bytes(message, reads)
+                if chunk.data:
                     forwarded = True
                     try:  # _to_writer's first step, inline: this runs once per event
-                        client.send_nowait(data)
+                        client.send_nowait(chunk)
                     except trio.WouldBlock:
-                        await self._to_writer(client, data)
+                        await self._to_writer(client, chunk)
                 continue
             assert isinstance(message, End)
             verdict = self._observer.on_end(
@@ -401,20 +401,20 @@ class Relay:
             tail = forwarding.tail(message.tail, verdict)
             if tail:
                 forwarded = True
-                await self._to_writer(client, tail)
+                await self._to_writer(client, Out(tail))
             return verdict, forwarded
 
-    def _drain_queued(self, upstream: trio.MemoryReceiveChannel[ToObserver]) -> bytes:
-        """The bytes of reads already queued by the reader, observed, for the writer."""
-        data: list[bytes] = []
+    def _drain_queued(self, upstream: trio.MemoryReceiveChannel[ToObserver]) -> list[Chunk]:
+        """What the client gets of reads already queued by the reader, observed."""
+        chunks: list[Chunk] = []
         while True:
             try:
                 message = upstream.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel):
-                return b"".join(data)
+                return chunks
             if isinstance(message, Body):
                 reads = self._observe_frames(message)
-                data.append(self._forwarding.client_bytes(message, reads))
+                chunks.append(self._forwarding.client_bytes(message, reads))
 
     def _observe_frames(self, message: Body) -> Sequence[Read]:
         """Count and feed a read's frames; if the observer fails on odd input, relay on
@@ -434,8 +434,8 @@ class Relay:
                 reads += [(frame, UNSEEN) for frame in frames[len(reads) :]]
         return reads or ()
 
-    async def _to_writer(self, client: trio.MemorySendChannel[ToWriter], data: bytes) -> None:
-        """Hand bytes to the writer; raise :class:`_WriterBlocked` if the client has
+    async def _to_writer(self, client: trio.MemorySendChannel[ToWriter], data: Chunk) -> None:
+        """Hand a chunk to the writer; raise :class:`_WriterBlocked` if the client has
         accepted nothing for ``client_write`` seconds, or ``total`` passes, meanwhile.
 
         The server may shield its socket writes, so a writer blocked on a client that

@@ -1,7 +1,9 @@
 """The writer: the only code that sends the response to the client.
 
-It writes through a :class:`Downstream` (the ASGI server, in proxai: see
-:mod:`proxai.service.asgi_io`), so the relay knows nothing of ASGI. It holds
+It writes through a :class:`Downstream`, the carrier at the edge (SSE over HTTP:
+:mod:`proxai.service.asgi_io`; the Responses WebSocket: :mod:`proxai.service.socket_io`),
+so the relay knows nothing of ASGI. Each body write carries its bytes and the whole
+events in them, framed once upstream of it: a carrier writes the events its way. It holds
 the response head back until the first body bytes, so a stream that fails
 before its first byte becomes a plain HTTP error the client can retry; joins
 bytes that queued behind a slow send; and makes the response's last send.
@@ -19,8 +21,9 @@ import trio
 from ..errors import ErrorShape, ProxyError
 from ..outcome import Outcome
 from ..wire.headers import Headers, response_headers_for_client
+from ..wire.sse import SSEFrame
 from .exchange import Tap
-from .messages import Head, ToWriter
+from .messages import Chunk, Head, Out, ToWriter, merged
 
 __all__ = ["JOIN_MAX_BYTES", "Closing", "Downstream", "Writer", "error_response", "send_error"]
 
@@ -36,8 +39,12 @@ class Downstream(Protocol):
         """The status line and headers."""
         ...
 
-    async def send_body(self, data: bytes, *, more: bool = True) -> None:
-        """Body bytes; ``more=False`` ends the body (``data`` may be empty)."""
+    async def send_body(
+        self, data: bytes, *, more: bool = True, frames: Sequence[SSEFrame] = ()
+    ) -> None:
+        """Body bytes; ``more=False`` ends the body (``data`` may be empty). ``frames``:
+        the whole events in ``data`` of an event stream, as the relay framed them (an SSE
+        carrier writes ``data``; another writes the events, and never parses ``data``)."""
         ...
 
     async def wait_disconnect(self) -> None:
@@ -77,9 +84,9 @@ class Closing:
     """How the writer ends the body, once the observer task has sent its last bytes: the
     observer task's one word on it (its default: a plain end)."""
 
-    #: Bytes to send once a stalled client reads again (the observer task could not hand
-    #: them over: the writer was blocked on the client).
-    after_stall: bytes | None = None
+    #: What to send once a stalled client reads again (the observer task could not hand
+    #: it over: the writer was blocked on the client).
+    after_stall: Out | None = None
     #: End the body without its final message: the server then closes the connection, and
     #: the client sees the body broken, as the upstream's was.
     abort: bool = False
@@ -144,7 +151,7 @@ class Writer:
                     if message is not None:
                         await self._send_body_until_closed(message, channel)
                     closing = self._closing
-                    if closing.after_stall:
+                    if closing.after_stall is not None and closing.after_stall.data:
                         await self._send_body(closing.after_stall)
                     self.delivered = True
                     if not closing.abort:
@@ -170,9 +177,9 @@ class Writer:
         can be, so ``client_write``, which bounds one send, means what it did."""
         message: ToWriter | None = first
         while message is not None:
-            assert isinstance(message, bytes)
-            batch = [message]
-            size = len(message)
+            assert not isinstance(message, (Head, ProxyError))
+            batch: list[Chunk] = [message]
+            size = len(message.data)
             message = None
             ended = False
             while size < JOIN_MAX_BYTES:
@@ -183,13 +190,13 @@ class Writer:
                 except trio.EndOfChannel:
                     ended = True
                     break
-                assert isinstance(queued, bytes)
-                if size + len(queued) > JOIN_MAX_BYTES:
+                assert not isinstance(queued, (Head, ProxyError))
+                if size + len(queued.data) > JOIN_MAX_BYTES:
                     message = queued  # the next send's
                     break
                 batch.append(queued)
-                size += len(queued)
-            await self._send_body(b"".join(batch))  # one part: joined as itself, no copy
+                size += len(queued.data)
+            await self._send_body(batch[0] if len(batch) == 1 else merged(batch))
             if ended:
                 return
             if message is None:
@@ -230,13 +237,14 @@ class Writer:
         with self._sending():
             await self._downstream.send_head(head.status, headers)
 
-    async def _send_body(self, data: bytes) -> None:
+    async def _send_body(self, chunk: Chunk) -> None:
+        data = chunk.data
         self._outcome.bytes_out += len(data)
         if self._tap is not None:
             self._tap.client.add(data)
         # _sending(), inline: this runs once per relayed event.
         self.writing_since = trio.current_time()
         try:
-            await self._downstream.send_body(data)
+            await self._downstream.send_body(data, frames=chunk.frames)
         finally:
             self.writing_since = None

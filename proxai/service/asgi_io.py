@@ -15,6 +15,7 @@ import trio
 from ..errors import ProxyError, request_too_large
 from ..outcome import OutcomeKind
 from ..wire.headers import Headers
+from ..wire.sse import SSEFrame
 
 __all__ = ["ASGIReceive", "ASGISend", "AsgiDownstream", "read_body", "send_plain"]
 
@@ -47,7 +48,10 @@ class AsgiDownstream:
             headers = [(n, v) for n, v in headers if n not in own] + self._extra
         await self._send({"type": "http.response.start", "status": status, "headers": headers})
 
-    async def send_body(self, data: bytes, *, more: bool = True) -> None:
+    async def send_body(
+        self, data: bytes, *, more: bool = True, frames: Sequence[SSEFrame] = ()
+    ) -> None:
+        # SSE over HTTP: the events' bytes are the body as they are.
         await self._send({"type": "http.response.body", "body": data, "more_body": more})
 
     async def wait_disconnect(self) -> None:

@@ -11,6 +11,7 @@ text frame, or a whole error body as one ``error`` frame.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 
 import attrs
 import trio
@@ -19,7 +20,7 @@ from ..protocols.responses.record import ResponseRecord
 from ..protocols.responses.socket import error_frame
 from ..relay.reader import is_event_stream
 from ..wire.headers import Headers
-from ..wire.sse import SSEFramer
+from ..wire.sse import SSEFrame
 from .asgi_io import ASGIReceive, ASGISend
 
 __all__ = ["CLOSE_SECONDS", "Binary", "ClientSocket", "Gone", "TooLarge", "TurnDownstream"]
@@ -168,7 +169,6 @@ class TurnDownstream:
         self._status = 0
         self._headers: Headers = []
         self._sse = False
-        self._framer = SSEFramer()
         self._error = bytearray()
         #: Whether anything of the response went to the client (its error frame too).
         self.sent = False
@@ -177,9 +177,13 @@ class TurnDownstream:
         self._status, self._headers = status, headers
         self._sse = is_event_stream(status, headers)
 
-    async def send_body(self, data: bytes, *, more: bool = True) -> None:
+    async def send_body(
+        self, data: bytes, *, more: bool = True, frames: Sequence[SSEFrame] = ()
+    ) -> None:
         if self._sse:
-            for frame in self._framer.feed(data):
+            # Each event, as the relay framed it, is one text frame (its data); the
+            # bytes of SSE around them are not the socket's.
+            for frame in frames:
                 if frame.data is not None:
                     self._record.event(frame.data)
                     self.sent = True

@@ -16,13 +16,13 @@ polled or cancelled at once is already the tenant's; ``save`` then claims its it
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from ..protocols.responses.record import ResponseRecord, is_terminal
 from ..relay.reader import is_event_stream
 from ..relay.writer import Downstream
 from ..wire.headers import Headers
-from ..wire.sse import SSEFramer
+from ..wire.sse import SSEFrame
 
 __all__ = ["StoringDownstream"]
 
@@ -40,7 +40,7 @@ class StoringDownstream:
         self._record = record
         self._save = save
         self._on_id = on_id
-        self._framer: SSEFramer | None = None
+        self._events = False  # an event stream: its events are stored as they pass
         self._held: list[bytes] | None = None
         self._held_bytes = 0
         self.saved = False
@@ -48,15 +48,17 @@ class StoringDownstream:
     async def send_head(self, status: int, headers: Headers) -> None:
         if status == 200:
             if is_event_stream(status, headers):
-                self._framer = SSEFramer()
+                self._events = True
             else:
                 self._held = []
         await self._inner.send_head(status, headers)
 
-    async def send_body(self, data: bytes, *, more: bool = True) -> None:
-        if self._framer is not None and not self.saved:
+    async def send_body(
+        self, data: bytes, *, more: bool = True, frames: Sequence[SSEFrame] = ()
+    ) -> None:
+        if self._events and not self.saved:
             ended = False
-            for frame in self._framer.feed(data):
+            for frame in frames:  # framed once, by the relay
                 if frame.data is not None:
                     self._record.event(frame.data)
                     ended = ended or (is_terminal(frame.data) and self._record.terminal is not None)
@@ -80,7 +82,7 @@ class StoringDownstream:
             if self._record.terminal is not None:
                 await self._store()
             data = body
-        await self._inner.send_body(data, more=more)
+        await self._inner.send_body(data, more=more, frames=frames)
 
     async def _store(self) -> None:
         self.saved = True

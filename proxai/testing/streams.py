@@ -8,13 +8,14 @@ proxai's own framer, so they split exactly as the relay does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
 from ..wire.sse import SSEFrame, SSEFramer
 
-__all__ = ["FAST_TIMEOUTS", "data_frames", "payloads"]
+__all__ = ["FAST_TIMEOUTS", "data_frames", "made_bytes", "payloads"]
 
 #: Short deadlines for real-socket tests that must stall quickly (seconds).
 FAST_TIMEOUTS = {"first_byte": 2.0, "idle": 0.6, "tool_arguments": 0.3, "total": 30.0}
@@ -39,3 +40,13 @@ def payloads(body: bytes, *, whole: bool = True) -> list[Any]:
         for f in data_frames(body, whole=whole)
         if f.data is not None and f.data != b"[DONE]"
     ]
+
+
+def made_bytes(frames: Sequence[SSEFrame]) -> bytes:
+    """The bytes of events proxai made as frames, checked: an SSE parser reads exactly
+    these frames (names and data) back from them, so no consumer needs to parse them."""
+    data = b"".join([f.raw for f in frames])
+    parsed = SSEFramer().feed(data)
+    if parsed != list(frames):
+        raise AssertionError(f"frames made {list(frames)!r} are not the frames of their bytes")
+    return data

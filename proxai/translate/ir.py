@@ -26,7 +26,7 @@ import attrs
 from ..outcome import MAX_LISTED, cut_name, more_entry
 from ..protocols.names import WireApi
 from ..protocols.tracking import TrackingObserver
-from ..wire.sse import SSEFrame
+from ..wire.sse import Frames, SSEFrame
 
 __all__ = [
     "CUSTOM_TOOL_PARAMETER",
@@ -381,11 +381,11 @@ class Decoder(Protocol):
 class Encoder(Protocol):
     """A client API's stream or body, from neutral events."""
 
-    def feed(self, event: Event) -> bytes:
-        """Client SSE bytes for ``event`` (whole events only; often empty)."""
+    def feed(self, event: Event) -> Frames:
+        """The client's events for ``event``, each framed as it is made (often none)."""
         ...
 
-    def fail(self, message: str, *, code: str | None, try_again: bool) -> bytes:
+    def fail(self, message: str, *, code: str | None, try_again: bool) -> Frames:
         """Close the client's stream with its protocol's error, after whatever was
         sent (Responses ``error`` + ``response.failed``, Anthropic ``event: error``,
         Chat an error chunk + ``[DONE]``). ``try_again``: proxai gave up waiting (a
@@ -397,7 +397,7 @@ class Encoder(Protocol):
         """The client's terminal event was sent (by :meth:`feed` or :meth:`fail`)."""
         ...
 
-    def broken(self, message: str, *, code: str) -> bytes:
+    def broken(self, message: str, *, code: str) -> Frames:
         """Like :meth:`fail`, after a failure inside the translation (the encoder's own
         included): the client's error, whatever state the failure left the encoder in."""
         ...

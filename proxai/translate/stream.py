@@ -1,4 +1,4 @@
-"""One translated response: an upstream's frames or body in, the client's bytes out.
+"""One translated response: an upstream's frames or body in, the client's events out.
 
 The client gets its response in the shape it asked for, whatever the upstream did
 with ``stream``: an event stream translated frame by frame; or, held until the
@@ -37,7 +37,7 @@ from ..protocols.tracking import TrackingObserver
 from ..wire.coding import CorruptCoding, coding_names, content_codings, decodable
 from ..wire.coding import Decoder as Inflater
 from ..wire.headers import Headers
-from ..wire.sse import SSEFrame
+from ..wire.sse import Frames, SSEFrame
 from .ir import Decoder, Encoder, Event, Failed, Finished, FinishReason, TranslationContext
 from .requests import translate_error_body
 from .requests.errors import read_error
@@ -145,18 +145,18 @@ class ResponseTranslator:
                 self._body += f"the upstream answered {status} in content coding {names}".encode()
                 self._unreadable = True
 
-    def feed(self, data: bytes, reads: Sequence[Read]) -> bytes:
+    def feed(self, data: bytes, reads: Sequence[Read]) -> Frames:
         """One upstream read (its bytes, and for an event stream its frames as the
-        upstream API's reader read them): the client's bytes for it now (only when
+        upstream API's reader read them): the client's events for it now (only when
         frames pass translated; else they are held)."""
         if self._upstream_sse:
             if self.streams:
                 return self.reads(reads)
             if self._hold(len(data)):  # the events' content is held until the end
                 self.reads(reads)
-            return b""
+            return []
         self.body_part(data)
-        return b""
+        return []
 
     def _hold(self, size: int) -> bool:
         """Count ``size`` more bytes held; past ``max_body_bytes`` the response is refused."""
@@ -181,30 +181,30 @@ class ResponseTranslator:
         decoder reads the items of its reader instead of a reader of its own."""
         self._decoder.follow(observer)
 
-    def frames(self, frames: Sequence[SSEFrame]) -> bytes:
+    def frames(self, frames: Sequence[SSEFrame]) -> Frames:
         """:meth:`reads` of frames no reader saw."""
         return self.reads([(frame, UNSEEN) for frame in frames])
 
-    def reads(self, reads: Sequence[Read]) -> bytes:
-        """The client's bytes for a batch of the upstream's frames, with what the
+    def reads(self, reads: Sequence[Read]) -> Frames:
+        """The client's events for a batch of the upstream's frames, with what the
         upstream API's reader parsed of each (those of the frames before a failure,
         which are whole events, when translating fails)."""
-        out: list[bytes] = []
+        out: Frames = []
         if self.broken is not None:
-            return b""
+            return out
         try:
             for frame, payload in reads:
                 if frame.data is None:
                     # An upstream keep-alive (``: ping``) stays one for the client: Anthropic
                     # clients get their ``ping`` event, SSE parsers skip a comment.
-                    out.append(self._keepalive(frame.raw))
+                    out += self._keepalive(frame)
                     continue
                 for event in self._decoder.feed(frame, payload):
-                    out.append(self._encoder.feed(event))
+                    out += self._encoder.feed(event)
                     self._ended_by(event)
         except Exception as exc:
             self._break(exc)
-        return b"".join(out)
+        return out
 
     def _ended_by(self, event: Event) -> None:
         """Note how an upstream's terminal event ended the client's stream."""
@@ -221,26 +221,26 @@ class ResponseTranslator:
         self.broken = f"translation failed ({type(exc).__name__}: {exc})"[:500]
         self.exception = exc
 
-    def _broken_closing(self) -> bytes:
+    def _broken_closing(self) -> Frames:
         """The client's error after a failure, unless its stream had already ended (then
         nothing may follow); nothing if even that cannot be written (the relay then
         breaks the body off)."""
         if self.client_end is not None or self.broken is None:
-            return b""
+            return []
         try:
             code = ending_code(OutcomeKind.TRANSLATION_FAILED)
             return self._encoder.broken(self.broken, code=code)
         except Exception:
-            return b""
+            return []
 
-    def _keepalive(self, raw: bytes) -> bytes:
+    def _keepalive(self, frame: SSEFrame) -> Frames:
         if self._encoder.finished:
-            return b""
+            return []
         ping = getattr(self._encoder, "ping", None)
-        return ping() if ping is not None else raw
+        return ping() if ping is not None else [frame]
 
-    def closing(self, verdict: Verdict) -> bytes:
-        """The client's last bytes once the observer has its verdict.
+    def closing(self, verdict: Verdict) -> Frames:
+        """The client's last events once the observer has its verdict.
 
         A clean end flushes what the decoder held (Chat's finish waits for usage);
         if that does not finish the client's stream, or the verdict is a fault,
@@ -250,47 +250,45 @@ class ResponseTranslator:
             return self._broken_closing()
         encoder = self._encoder
         if encoder.finished:
-            return b""
-        out: list[bytes] = []
+            return []
+        out: Frames = []
         try:
             if verdict.kind in ENDED_WELL:
                 out += self._flush()
                 if encoder.finished:
-                    return b"".join(out)
+                    return out
             message = verdict.detail or "the upstream stream ended before its terminal event"
-            out.append(
-                encoder.fail(
-                    message, code=ending_code(verdict.kind), try_again=verdict.kind in TRY_AGAIN
-                )
+            out += encoder.fail(
+                message, code=ending_code(verdict.kind), try_again=verdict.kind in TRY_AGAIN
             )
         except Exception as exc:
             self._break(exc)
-            out.append(self._broken_closing())
-        return b"".join(out)
+            out += self._broken_closing()
+        return out
 
-    def end_of_stream(self) -> bytes:
+    def end_of_stream(self) -> Frames:
         """The upstream's event stream ended cleanly short of its protocol's terminal
         event (an ``upstream_eof`` verdict): the decoder ends what the end of a stream
         ends (a Chat stream after its ``finish_reason``, with no usage chunk or
-        ``[DONE]``), and :attr:`client_end` then says how. The client's bytes for it."""
+        ``[DONE]``), and :attr:`client_end` then says how. The client's events for it."""
         if (
             not self._upstream_sse
             or self.client_end is not None
             or self.broken is not None
             or self.refusal is not None
         ):
-            return b""
+            return []
         try:
-            return b"".join(self._flush())
+            return self._flush()
         except Exception as exc:
             self._break(exc)
-            return b""
+            return []
 
-    def _flush(self) -> list[bytes]:
-        """The client's bytes for what the decoder still held at a clean end."""
-        out = []
+    def _flush(self) -> Frames:
+        """The client's events for what the decoder still held at a clean end."""
+        out: Frames = []
         for event in self._decoder.close():
-            out.append(self._encoder.feed(event))
+            out += self._encoder.feed(event)
             self._ended_by(event)
         return out
 
@@ -312,7 +310,7 @@ class ResponseTranslator:
         except CorruptCoding as exc:
             self.refusal = _invalid_body(f"the upstream's body is not valid {exc}")
 
-    def whole(self) -> bytes | ProxyError:
+    def whole(self) -> bytes | Frames | ProxyError:
         """The client's response once the upstream's body ended well (:attr:`passes_frames`
         false): its JSON body, or its events when it asked for a stream; or proxai's error
         instead (:attr:`refusal`; a ``502`` ``translation_failed``, with :attr:`broken`
@@ -327,7 +325,7 @@ class ResponseTranslator:
                 502, message, "server_error", code=code, kind=OutcomeKind.TRANSLATION_FAILED
             )
 
-    def _whole(self) -> bytes | ProxyError:
+    def _whole(self) -> bytes | Frames | ProxyError:
         if self.refusal is None and not self._upstream_sse:
             self._decode_body()
         if self.refusal is not None:
@@ -345,7 +343,7 @@ class ResponseTranslator:
                 return self.refusal
         if self._failure is not None:
             return self._failed_in_band(self._failure)
-        return b"".join(events) if self.streams else self._encoder.body()
+        return events if self.streams else self._encoder.body()
 
     def _decode_body(self) -> None:
         """Finish undoing the body's content coding."""
@@ -358,8 +356,8 @@ class ResponseTranslator:
             if self._hold(len(rest)):
                 self._body += rest
 
-    def _body_events(self) -> list[bytes]:
-        """Feed the events of the whole JSON body to the encoder; its bytes for them."""
+    def _body_events(self) -> Frames:
+        """Feed the events of the whole JSON body to the encoder; the client's events."""
         raw, self._body = self._body, bytearray()
         try:
             data = orjson.loads(raw)  # reads the bytearray in place
@@ -379,9 +377,9 @@ class ResponseTranslator:
         del raw  # the parsed body is all that is needed now
         usage = data.get("usage")
         self.whole_usage = usage if isinstance(usage, dict) else None
-        out = []
+        out: Frames = []
         for event in self._decoder.decode_body(data):
-            out.append(self._encoder.feed(event))
+            out += self._encoder.feed(event)
             self._ended_by(event)
         return out
 

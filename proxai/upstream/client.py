@@ -24,6 +24,7 @@ from ..errors import ProxyError
 from ..outcome import OutcomeKind
 from ..protocols.table import CLIENT_KEY_HEADERS, UPSTREAM_PROTOCOLS
 from ..wire.headers import Headers, request_headers_for_upstream
+from ..wire.sse import SSEFrame
 from .framing import UpstreamBody, conflicting_framing, surplus_anomaly
 from .h11_transport import H11Pool, H11Transport
 from .transport import PoolTransport, SweptPool
@@ -62,6 +63,10 @@ class UpstreamBroken(Exception):
     """The upstream connection failed after the response started (reset, bad framing)."""
 
 
+class EventTooLarge(Exception):
+    """An upstream that sends whole events sent one over ``max_event_bytes``."""
+
+
 class UpstreamReply(Protocol):
     """What the relay reads of an upstream's answer: an HTTP response
     (:class:`UpstreamResponse`) or one response over an upstream WebSocket
@@ -76,6 +81,11 @@ class UpstreamReply(Protocol):
     @property
     def anomaly(self) -> str | None: ...
     def iter_body(self) -> AsyncIterator[bytes]: ...
+    def iter_events(self) -> AsyncIterator[SSEFrame] | None:
+        """Its events, each whole as the upstream sent it, when the upstream's messages
+        are events (a WebSocket): the relay then frames nothing. ``None``: read
+        :meth:`iter_body`, and frame it if it is an event stream."""
+        ...
 
 
 class Upstream(Protocol):
@@ -108,6 +118,10 @@ class UpstreamResponse:
     headers: Headers
     _response: httpx.Response
     method: str = "POST"  # the request's
+
+    def iter_events(self) -> None:
+        """An HTTP body is bytes: the relay frames an event stream."""
+        return None
 
     async def iter_body(self) -> AsyncIterator[bytes]:
         """Body bytes as they arrive, undecoded; raises :class:`UpstreamBroken`."""

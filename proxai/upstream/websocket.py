@@ -58,7 +58,9 @@ from ..protocols.responses.socket_frames import (
 )
 from ..protocols.table import CLIENT_KEY_HEADERS, UPSTREAM_PROTOCOLS
 from ..wire.headers import Headers, request_headers_for_upstream
+from ..wire.sse import SSEFrame
 from .client import (
+    EventTooLarge,
     UpstreamBroken,
     _own_headers,
     _reason,
@@ -180,14 +182,20 @@ class SocketReply:
 
     status: int
     headers: Headers
-    _body: AsyncIterator[bytes]
+    _body: AsyncIterator[bytes] | None = None
     method: str = "POST"
     anomaly: str | None = None
+    _events: AsyncIterator[SSEFrame] | None = None
+
+    def iter_events(self) -> AsyncIterator[SSEFrame] | None:
+        """A streamed response: one event per frame, until the terminal event (raises
+        :class:`~proxai.upstream.client.UpstreamBroken` if the socket breaks first,
+        :class:`~proxai.upstream.client.EventTooLarge` on a frame over the bound)."""
+        return self._events
 
     def iter_body(self) -> AsyncIterator[bytes]:
-        """The body: SSE events, one per frame, until the terminal event (raises
-        :class:`~proxai.upstream.client.UpstreamBroken` if the socket breaks first)."""
-        return self._body
+        """A refusal's body (a request-level error frame, or a refused handshake)."""
+        return self._body if self._body is not None else _once(b"")
 
 
 async def _once(data: bytes) -> AsyncIterator[bytes]:
@@ -324,7 +332,8 @@ class UpstreamSocket:
             except _Invalid as exc:
                 raise _invalid(str(exc)) from None
             except _TooLarge as exc:
-                return SocketReply(200, list(_EVENT_STREAM), self._read(link, turn, exc), method)
+                events = self._read(link, turn, exc)
+                return SocketReply(200, list(_EVENT_STREAM), method=method, events=events)
             kind = event_type(first)
             if kind == b"error":
                 refused_now = request_error(first)
@@ -338,9 +347,8 @@ class UpstreamSocket:
                     )
             if kind in SOCKET_TERMINAL_TYPES:
                 turn.settled = True
-            return SocketReply(
-                200, list(_EVENT_STREAM), self._read(link, turn, (first, kind)), method
-            )
+            events = self._read(link, turn, (first, kind))
+            return SocketReply(200, list(_EVENT_STREAM), method=method, events=events)
 
     async def _connect(
         self,
@@ -422,17 +430,14 @@ class UpstreamSocket:
 
     async def _read(
         self, link: _Link, turn: _Turn, first: tuple[bytes, bytes | None] | _TooLarge
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncIterator[SSEFrame]:
         """The response's frames as SSE events, the first one already read, until the
         terminal event."""
         message = first
         while True:
             if isinstance(message, _TooLarge):
-                # What came of it, as the start of an event that never ends: the reader,
-                # bounding events at the same size, ends the stream on it.
-                yield b"data: " + message.partial
-                raise UpstreamBroken(
-                    f"upstream sent a message over {self.max_message_bytes} bytes (max_event_bytes)"
+                raise EventTooLarge(
+                    f"upstream sent an event over {self.max_message_bytes} bytes (max_event_bytes)"
                 )
             text, kind = message
             yield as_sse(text, kind)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import attrs
 import orjson
 
-__all__ = ["SSEFrame", "SSEFramer", "sse_event"]
+__all__ = ["Frames", "SSEFrame", "SSEFramer", "frame_of", "joined", "sse_event", "sse_frame"]
 
 _LF = 0x0A
 _COLON = 0x3A
@@ -283,8 +283,30 @@ class SSEFramer:
         return b"\n".join(self._data)
 
 
-def sse_event(event: str | None, data: object) -> bytes:
+#: Whole events proxai made, each framed as it was made: a carrier writes them its way
+#: (SSE writes their ``raw`` bytes, a socket each one's ``data``) without parsing them.
+Frames = list[SSEFrame]
+
+
+def frame_of(event: str | None, payload: bytes) -> SSEFrame:
+    """The frame of one event whose ``data`` is ``payload`` (one line: JSON)."""
+    head = b"data: " if event is None else b"event: " + event.encode() + b"\ndata: "
+    return SSEFrame(head + payload + b"\n\n", event, payload)
+
+
+def sse_frame(event: str | None, data: object) -> SSEFrame:
     """One whole SSE event: ``event: <event>`` (none for ``None``) and ``data`` as JSON on
     one ``data:`` line (orjson writes no line break), ended by a blank line."""
-    head = b"data: " if event is None else b"event: " + event.encode() + b"\ndata: "
-    return head + orjson.dumps(data) + b"\n\n"
+    return frame_of(event, orjson.dumps(data))
+
+
+def sse_event(event: str | None, data: object) -> bytes:
+    """:func:`sse_frame`'s bytes."""
+    return sse_frame(event, data).raw
+
+
+def joined(frames: Frames) -> bytes:
+    """The SSE bytes of ``frames``."""
+    if len(frames) == 1:
+        return frames[0].raw
+    return b"".join([f.raw for f in frames])

@@ -177,3 +177,30 @@ def test_a_chat_stream_silent_after_its_usage_chunk_ends_without_an_error_chunk(
         (reply,) = step.state.world.replies  # type: ignore[attr-defined]
         assert reply.ending is not None and reply.ending[0] == "complete"
         assert reply.outcome is not None and reply.outcome.kind is OutcomeKind.COMPLETED
+
+
+def test_a_turn_queued_behind_one_the_client_stopped_reading_goes_with_its_socket() -> None:
+    # Found by the machine's long profile (responses-responses-ws-tools2), as hypothesis
+    # printed it:
+    #   state.time_reaches_a_deadline(offset=-0.25)
+    #   state.client_sends_the_next_request()  (twice)
+    #   state.upstream_sends_its_head()
+    #   state.upstream_sends_several_events(count=2)
+    #   state.upstream_sends_several_events(count=13)
+    #   state.teardown()
+    # Failure: "turn 2: the socket closed before its ending". The machine's model, not
+    # proxai: turn 1's client read nothing for client_write, so the socket was cut (it
+    # cannot hold a turn for later), and turn 2, queued behind it and never started,
+    # went with it. The machine now expects that.
+    with machine(Start(WireApi.RESPONSES, WireApi.RESPONSES, socket=True, tools=2)) as step:
+        step("time_reaches_a_deadline", offset=-0.25)
+        step("client_sends_the_next_request")
+        step("client_sends_the_next_request")
+        step("upstream_sends_its_head")
+        step("upstream_sends_several_events", count=2)
+        step("upstream_sends_several_events", count=13)
+        state = step.state  # type: ignore[attr-defined]
+    # (the teardown ran the invariants once more, as the machine's does)
+    first, queued = state.world.replies[1:]
+    assert first.outcome is not None and first.outcome.kind is OutcomeKind.CLIENT_STALLED
+    assert queued.ending == ("gone", None, None) and queued.dropped

@@ -21,6 +21,7 @@ from proxai.protocols.responses.observer import ResponsesObserver
 from proxai.protocols.tracking import ITEM_BYTES, StreamLimits, TrackingObserver
 from proxai.testing import Script, chat_chunk, sse_event
 from proxai.testing.memory_proxy import MemoryProxy
+from proxai.testing.streams import made_bytes as raw
 from proxai.testing.work import assert_linear
 from proxai.translate.decoders import ChatDecoder, MessagesDecoder, ResponsesDecoder
 from proxai.translate.encoders import encoder_for
@@ -264,7 +265,7 @@ def test_an_item_past_max_open_items_ends_the_stream_with_the_protocols_error() 
     verdict = observer.over_limit
     assert verdict is not None and verdict.kind is OutcomeKind.UPSTREAM_OVER_LIMIT
     assert "more than 10 items at once (proxai max_open_items)" in (verdict.detail or "")
-    assert verdict.closing.endswith(b"data: [DONE]\n\n")
+    assert raw(verdict.closing).endswith(b"data: [DONE]\n\n")
     assert observer.deadline() <= 2.0  # due now, whatever the relay does
     assert len(observer.open_items) == 10  # nothing more was tracked
 

@@ -27,6 +27,7 @@ from proxai.protocols.tracking import ReaderFactory, StreamLimits, TrackingObser
 from proxai.testing import sse_event
 from proxai.testing.seed import TURN1_EVENTS
 from proxai.testing.streams import data_frames
+from proxai.testing.streams import made_bytes as raw
 from proxai.translate.decoders import decoder_for
 from proxai.translate.encoders import encoder_for
 from proxai.translate.ir import TranslationContext
@@ -75,7 +76,7 @@ def test_the_chat_reader_guards_the_call_being_streamed_and_returns_the_chunk() 
     assert obs.on_event(None, b"[DONE]", 8.0) is UNREAD  # nothing to parse
     assert obs.finished
     verdict = obs.on_end(fault=None, detail=None, now=8.0)
-    assert verdict.kind is OutcomeKind.COMPLETED and verdict.closing == b""
+    assert verdict.kind is OutcomeKind.COMPLETED and raw(verdict.closing) == b""
 
 
 def test_the_chat_reader_returns_none_for_data_that_is_no_object() -> None:
@@ -93,7 +94,7 @@ def test_a_chat_stall_ends_with_the_readers_error_chunk() -> None:
     obs.on_event(None, call(0, id="call_a", name="f", args="{"), 0.0)
     verdict = obs.on_deadline(20.0)
     assert verdict.kind is OutcomeKind.STALLED_TOOL_ARGUMENTS
-    error, done = data_frames(verdict.closing)
+    error, done = data_frames(raw(verdict.closing))
     assert json.loads(error.data or b"")["error"]["code"] == "upstream_timeout"
     assert done.data == b"[DONE]"
 
@@ -130,7 +131,7 @@ def test_a_messages_stall_ends_with_an_overloaded_error_event() -> None:
     obs.on_start(0.0)
     verdict = obs.on_deadline(30.0)
     assert verdict.kind is OutcomeKind.STALLED_IDLE
-    (frame,) = data_frames(verdict.closing)
+    (frame,) = data_frames(raw(verdict.closing))
     assert frame.event == "error"
     assert json.loads(frame.data or b"")["error"]["type"] == "overloaded_error"
 
@@ -151,7 +152,7 @@ def test_the_responses_reader_parses_only_what_it_tracks() -> None:
     assert obs.open_items == ["function_call get_weather (call_weather_01)"]
     assert obs.deadline() == 10.0 + 30.0
     verdict = obs.on_deadline(40.0)
-    error, failed = (json.loads(f.data or b"") for f in data_frames(verdict.closing))
+    error, failed = (json.loads(f.data or b"") for f in data_frames(raw(verdict.closing)))
     last = max(e.get("sequence_number", -1) for e in [*TURN1_EVENTS[:5], done])
     assert error["sequence_number"] == last + 1  # after the upstream's own
     assert failed["type"] == "response.failed" and failed["response"]["status"] == "failed"

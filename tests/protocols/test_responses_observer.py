@@ -20,6 +20,7 @@ from proxai.protocols.responses.events import (
 from proxai.protocols.responses.observer import ResponsesObserver
 from proxai.testing import sse_event
 from proxai.testing.seed import TURN1_EVENTS, TURN2_EVENTS
+from proxai.testing.streams import made_bytes as raw
 from proxai.wire.sse import SSEFrame, SSEFramer
 
 TIMEOUTS = TimeoutsConfig(idle=30.0, tool_arguments=20.0, total=1000.0)
@@ -85,8 +86,8 @@ def test_deadlines_follow_the_open_items() -> None:
     assert observer.deadline() == 24.0
     verdict = observer.on_deadline(24.0)
     assert verdict.kind is OutcomeKind.STALLED_TOOL_ARGUMENTS
-    assert verdict.closing.startswith(b"event: error\ndata: {")
-    events = [json.loads(f.data) for f in SSEFramer().feed(verdict.closing) if f.data]
+    assert raw(verdict.closing).startswith(b"event: error\ndata: {")
+    events = [json.loads(f.data) for f in SSEFramer().feed(raw(verdict.closing)) if f.data]
     assert [e["type"] for e in events] == ["error", "response.failed"]
     assert [e["sequence_number"] for e in events] == [6, 7]
 
@@ -109,7 +110,7 @@ def test_after_a_terminal_event_only_a_short_grace_remains() -> None:
     assert observer.deadline() == 4.0
     verdict = observer.on_deadline(4.0)
     assert verdict.kind is OutcomeKind.COMPLETED
-    assert verdict.closing == b""
+    assert raw(verdict.closing) == b""
 
 
 def test_items_are_keyed_by_output_index_even_when_ids_rotate() -> None:
@@ -267,7 +268,7 @@ def test_no_snapshot_still_gives_a_full_failed_response() -> None:
     observer = ResponsesObserver(TIMEOUTS)
     observer.on_frames(frames(b": ping\n\n"), 0.0)
     verdict = observer.on_deadline(30.0)
-    failed = json.loads(SSEFramer().feed(verdict.closing)[1].data or b"")
+    failed = json.loads(SSEFramer().feed(raw(verdict.closing))[1].data or b"")
     response = failed["response"]
     assert response["id"].startswith("resp_proxai_")
     assert response["object"] == "response"

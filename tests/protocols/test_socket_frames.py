@@ -59,11 +59,17 @@ def test_the_event_type_of_a_frame(text: bytes, kind: bytes | None) -> None:
 
 
 def test_a_frame_is_one_sse_event_whose_data_is_its_text() -> None:
+    """Made as a frame, never parsed: exactly the frame an SSE parser reads of its bytes."""
     text = b'{"type":"response.created","x":"\\n"}'
-    assert as_sse(text, b"response.created") == b"event: response.created\ndata: " + text + b"\n\n"
-    assert as_sse(text, None) == b"data: " + text + b"\n\n"
+    made = as_sse(text, b"response.created")
+    assert made.raw == b"event: response.created\ndata: " + text + b"\n\n"
+    assert (made.event, made.data) == ("response.created", text)
+    assert as_sse(text, None).raw == b"data: " + text + b"\n\n"
     multi = b'{\n "type": "x",\r\n "y": 1\r}'
-    (frame,) = SSEFramer().feed(as_sse(multi, b"x"))
+    for kind in (b"x", None):
+        made = as_sse(multi, kind)
+        (frame,) = SSEFramer().feed(made.raw)
+        assert frame == made
     assert frame.data is not None and json.loads(frame.data) == {"type": "x", "y": 1}
     assert frame.data == b'{\n "type": "x",\n "y": 1\n}'
 

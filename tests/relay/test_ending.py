@@ -8,15 +8,17 @@ from proxai.errors import ProxyError, ending_code
 from proxai.outcome import OutcomeKind
 from proxai.protocols.observer import Verdict
 from proxai.relay.ending import after_client_end, client_gone, decide, head_timeout
+from proxai.wire.sse import sse_frame
 
 CLOSING = b"event: error\ndata: {}\n\n"
+ERROR = (sse_frame("error", {}),)  # its frame, as an observer makes it
 
 
 def test_a_completed_stream_ends_as_it_is() -> None:
     end = decide(
         Verdict(OutcomeKind.COMPLETED), status=200, forwarded=True, finished=True, can_abort=True
     )
-    assert (end.kind, end.error, end.closing, end.abort) == (
+    assert (end.kind, end.error, end.closing.data, end.abort) == (
         OutcomeKind.COMPLETED,
         None,
         b"",
@@ -25,7 +27,7 @@ def test_a_completed_stream_ends_as_it_is() -> None:
 
 
 def test_a_stall_before_any_byte_becomes_a_504_instead_of_the_response() -> None:
-    verdict = Verdict(OutcomeKind.STALLED_IDLE, "no event for 30 s", CLOSING)
+    verdict = Verdict(OutcomeKind.STALLED_IDLE, "no event for 30 s", ERROR)
     end = decide(verdict, status=200, forwarded=False, finished=False, can_abort=True)
     assert end.error is not None
     assert (end.error.status, end.error.code, end.error.message) == (
@@ -33,7 +35,7 @@ def test_a_stall_before_any_byte_becomes_a_504_instead_of_the_response() -> None
         "upstream_timeout",
         "no event for 30 s",
     )
-    assert end.closing == b"" and end.kind is OutcomeKind.STALLED_IDLE
+    assert end.closing.data == b"" and end.kind is OutcomeKind.STALLED_IDLE
 
 
 @pytest.mark.parametrize(
@@ -58,15 +60,15 @@ def test_shutdown_before_any_byte_is_a_503_with_retry_after() -> None:
 
 
 def test_after_the_first_byte_the_protocols_closing_is_appended() -> None:
-    verdict = Verdict(OutcomeKind.STALLED_TOOL_ARGUMENTS, "stalled", CLOSING)
+    verdict = Verdict(OutcomeKind.STALLED_TOOL_ARGUMENTS, "stalled", ERROR)
     end = decide(verdict, status=200, forwarded=True, finished=False, can_abort=True)
-    assert (end.error, end.closing, end.abort) == (None, CLOSING, False)
+    assert (end.error, end.closing.data, end.abort) == (None, CLOSING, False)
 
 
 def test_a_cut_short_body_no_observer_can_close_is_broken_off() -> None:
     verdict = Verdict(OutcomeKind.UPSTREAM_RESET, "reset")
     end = decide(verdict, status=200, forwarded=True, finished=False, can_abort=True)
-    assert end.abort and end.closing == b""
+    assert end.abort and end.closing.data == b""
 
 
 def test_a_body_is_not_broken_off_when_the_server_cannot_abort_or_the_terminal_came() -> None:
@@ -129,22 +131,22 @@ def test_the_upstreams_end_after_the_clients_translated_end_leaves_the_response_
     kind: OutcomeKind,
 ) -> None:
     verdict, anomaly = after_client_end(
-        Verdict(kind, "why", CLOSING), client_end=OutcomeKind.COMPLETED
+        Verdict(kind, "why", ERROR), client_end=OutcomeKind.COMPLETED
     )
     assert verdict == Verdict(OutcomeKind.COMPLETED)
     assert anomaly is not None and "after the client's response had ended" in anomaly
     end = decide(verdict, status=200, forwarded=True, finished=False, can_abort=True)
-    assert (end.kind, end.closing, end.abort) == (OutcomeKind.COMPLETED, b"", False)
+    assert (end.kind, end.closing.data, end.abort) == (OutcomeKind.COMPLETED, b"", False)
 
 
 def test_the_clients_incomplete_or_failed_end_is_kept() -> None:
-    eof = Verdict(OutcomeKind.UPSTREAM_EOF, "closed", CLOSING)
+    eof = Verdict(OutcomeKind.UPSTREAM_EOF, "closed", ERROR)
     for client_end in (OutcomeKind.INCOMPLETE, OutcomeKind.FAILED):
         assert after_client_end(eof, client_end=client_end)[0].kind is client_end
 
 
 def test_before_the_clients_end_the_verdict_stands() -> None:
-    eof = Verdict(OutcomeKind.UPSTREAM_EOF, "closed", CLOSING)
+    eof = Verdict(OutcomeKind.UPSTREAM_EOF, "closed", ERROR)
     assert after_client_end(eof, client_end=None) == (eof, None)
     stalled = Verdict(OutcomeKind.CLIENT_STALLED, "the client read nothing")
     assert after_client_end(stalled, client_end=None) == (stalled, None)
@@ -160,7 +162,7 @@ def test_a_client_that_stalls_after_its_translated_end_gets_it_whole_not_broken_
     verdict, anomaly = after_client_end(stalled, client_end=OutcomeKind.COMPLETED)
     assert (verdict, anomaly) == (Verdict(OutcomeKind.COMPLETED), None)
     end = decide(verdict, status=200, forwarded=True, finished=False, can_abort=True)
-    assert (end.kind, end.closing, end.abort) == (OutcomeKind.COMPLETED, b"", False)
+    assert (end.kind, end.closing.data, end.abort) == (OutcomeKind.COMPLETED, b"", False)
 
 
 def test_a_translation_that_failed_with_no_error_to_write_is_broken_off() -> None:
@@ -173,7 +175,7 @@ def test_a_response_made_whole_goes_out_whole_and_an_error_instead_of_it_as_its_
     completed = Verdict(OutcomeKind.COMPLETED)
     body = b'{"object": "response"}'
     end = decide(completed, status=200, forwarded=False, finished=False, can_abort=True, whole=body)
-    assert (end.kind, end.error, end.closing, end.abort) == (
+    assert (end.kind, end.error, end.closing.data, end.abort) == (
         OutcomeKind.COMPLETED,
         None,
         body,
@@ -183,18 +185,21 @@ def test_a_response_made_whole_goes_out_whole_and_an_error_instead_of_it_as_its_
     end = decide(
         completed, status=200, forwarded=False, finished=False, can_abort=True, whole=refusal
     )
-    assert (end.kind, end.error, end.closing) == (OutcomeKind.PROXY_ERROR, refusal, b"")
+    assert (end.kind, end.error, end.closing.data) == (OutcomeKind.PROXY_ERROR, refusal, b"")
     translated_error = decide(
         completed, status=429, forwarded=False, finished=False, can_abort=True, whole=b"{}"
     )
-    assert (translated_error.kind, translated_error.closing) == (OutcomeKind.UPSTREAM_ERROR, b"{}")
+    assert (translated_error.kind, translated_error.closing.data) == (
+        OutcomeKind.UPSTREAM_ERROR,
+        b"{}",
+    )
 
 
 @pytest.mark.parametrize(
     "verdict",
     [
         Verdict(OutcomeKind.COMPLETED),  # the Chat upstream's [DONE] after its error chunk
-        Verdict(OutcomeKind.UPSTREAM_EOF, "closed", CLOSING),  # or no end at all
+        Verdict(OutcomeKind.UPSTREAM_EOF, "closed", ERROR),  # or no end at all
     ],
 )
 def test_a_translators_in_band_failure_is_recorded_as_failed_however_the_stream_ended(
@@ -206,9 +211,9 @@ def test_a_translators_in_band_failure_is_recorded_as_failed_however_the_stream_
     assert end.kind is OutcomeKind.FAILED
     plain = decide(verdict, status=200, forwarded=True, finished=False, can_abort=True)
     # Only the record changes: the client gets what it would have.
-    assert (end.detail, end.closing, end.abort, end.error) == (
+    assert (end.detail, end.closing.data, end.abort, end.error) == (
         plain.detail,
-        plain.closing,
+        plain.closing.data,
         plain.abort,
         plain.error,
     )

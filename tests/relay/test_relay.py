@@ -527,7 +527,7 @@ async def test_a_writer_whose_observer_ended_without_a_word_leaves_the_request_a
         async def send_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
             raise AssertionError("nothing to send")
 
-        async def send_body(self, data: bytes, *, more: bool = True) -> None:
+        async def send_body(self, data: bytes, *, more: bool = True, frames: Any = ()) -> None:
             raise AssertionError("nothing to send")
 
         async def wait_disconnect(self) -> None:

@@ -58,7 +58,7 @@ class FakeDownstream:
         assert self.head is None, "a second head"
         self.head = (status, list(headers))
 
-    async def send_body(self, data: bytes, *, more: bool = True) -> None:
+    async def send_body(self, data: bytes, *, more: bool = True, frames: Any = ()) -> None:
         assert self.head is not None and not self.ended, "body outside its response"
         if len(self.parts) >= self.stop_reading_after and not self.reading.is_set():
             await self.reading.wait()

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from proxai.config import TranslationOptions
 from proxai.protocols.names import WireApi
 from proxai.testing import stream_checks as checks
+from proxai.testing.streams import made_bytes as raw
 from proxai.translate.encoders import encoder_for
 from proxai.translate.encoders.chat import ChatEncoder
 from proxai.translate.encoders.messages import MessagesEncoder
@@ -65,17 +66,17 @@ def counting() -> Callable[[], str]:
 
 def responses(events: Sequence[Event], **fields: Any) -> tuple[ResponsesEncoder, bytes]:
     encoder = ResponsesEncoder(context(WireApi.RESPONSES, **fields))
-    return encoder, b"".join(encoder.feed(e) for e in events)
+    return encoder, b"".join(raw(encoder.feed(e)) for e in events)
 
 
 def chat(events: Sequence[Event], **fields: Any) -> tuple[ChatEncoder, bytes]:
     encoder = ChatEncoder(context(WireApi.CHAT, **fields))
-    return encoder, b"".join(encoder.feed(e) for e in events)
+    return encoder, b"".join(raw(encoder.feed(e)) for e in events)
 
 
 def messages(events: Sequence[Event], **fields: Any) -> tuple[MessagesEncoder, bytes]:
     encoder = MessagesEncoder(context(WireApi.MESSAGES, **fields))
-    return encoder, b"".join(encoder.feed(e) for e in events)
+    return encoder, b"".join(raw(encoder.feed(e)) for e in events)
 
 
 def text_item(key: int, *chunks: str, kind: ItemKind = ItemKind.TEXT) -> list[Event]:
@@ -256,10 +257,10 @@ def test_responses_upstream_error_mid_call_raises_api_error_with_its_code() -> N
 
 def test_responses_fail_mid_stream_matches_the_observers_error_and_raises() -> None:
     encoder, body = responses(PARALLEL_CALLS[:6])
-    body += encoder.fail("upstream stalled for 30 s", code=None, try_again=True)
+    body += raw(encoder.fail("upstream stalled for 30 s", code=None, try_again=True))
     assert encoder.finished
-    assert encoder.fail("again", code=None, try_again=False) == b""
-    assert encoder.feed(Finished(FinishReason.STOP)) == b""
+    assert raw(encoder.fail("again", code=None, try_again=False)) == b""
+    assert raw(encoder.feed(Finished(FinishReason.STOP))) == b""
     events = checks.check_responses_stream(body)
     error = events[-2]
     assert error["error"] == {
@@ -275,7 +276,7 @@ def test_responses_fail_mid_stream_matches_the_observers_error_and_raises() -> N
 
 def test_responses_fail_before_anything_still_opens_the_response() -> None:
     encoder = ResponsesEncoder(context(WireApi.RESPONSES))
-    body = encoder.fail("no upstream answered", code=None, try_again=True)
+    body = raw(encoder.fail("no upstream answered", code=None, try_again=True))
     kinds = [e["type"] for e in checks.check_responses_stream(body)]
     assert kinds == ["response.created", "response.in_progress", "error", "response.failed"]
 
@@ -451,7 +452,7 @@ def test_chat_upstream_error_mid_call_raises_api_error() -> None:
 
 def test_chat_fail_mid_stream_ends_with_the_observers_error_chunk() -> None:
     encoder, body = chat(PARALLEL_CALLS[:8])
-    tail = encoder.fail("upstream stalled for 30 s", code=None, try_again=True)
+    tail = raw(encoder.fail("upstream stalled for 30 s", code=None, try_again=True))
     assert tail == (
         b'data: {"error":{"message":"upstream stalled for 30 s","type":"server_error",'
         b'"param":null,"code":"server_error"}}\n\ndata: [DONE]\n\n'
@@ -580,22 +581,30 @@ def test_messages_upstream_error_mid_call_raises_api_status_error() -> None:
 )
 def test_messages_fail_mid_stream_is_one_error_event(try_again: bool, error_type: str) -> None:
     encoder, body = messages(PARALLEL_CALLS[:8])
-    tail = encoder.fail("upstream stalled for 30 s", code=None, try_again=try_again)
+    tail = raw(encoder.fail("upstream stalled for 30 s", code=None, try_again=try_again))
     assert tail == (
         b'event: error\ndata: {"type":"error","error":{"type":"'
         + error_type.encode()
         + b'","message":"upstream stalled for 30 s"}}\n\n'
     )
-    assert encoder.ping() == b""
+    assert raw(encoder.ping()) == b""
     with pytest.raises(anthropic.APIStatusError, match=error_type):
         checks.messages_final(body + tail)
 
 
 def test_messages_pings_only_while_the_stream_is_open() -> None:
     encoder = MessagesEncoder(context(WireApi.MESSAGES))
-    assert encoder.ping() == b""
-    body = encoder.feed(Started()) + encoder.ping() + encoder.feed(ItemStarted(0, ItemKind.TEXT))
-    body += encoder.ping() + encoder.feed(ItemDone(0)) + encoder.feed(Finished(FinishReason.STOP))
+    assert raw(encoder.ping()) == b""
+    body = (
+        raw(encoder.feed(Started()))
+        + raw(encoder.ping())
+        + raw(encoder.feed(ItemStarted(0, ItemKind.TEXT)))
+    )
+    body += (
+        raw(encoder.ping())
+        + raw(encoder.feed(ItemDone(0)))
+        + raw(encoder.feed(Finished(FinishReason.STOP)))
+    )
     assert [e["type"] for e in checks.check_messages_stream(body)] == [
         "message_start",
         "content_block_start",
@@ -603,7 +612,7 @@ def test_messages_pings_only_while_the_stream_is_open() -> None:
         "message_delta",
         "message_stop",
     ]
-    assert encoder.ping() == b""
+    assert raw(encoder.ping()) == b""
 
 
 def test_messages_body_is_the_whole_message() -> None:
@@ -634,7 +643,7 @@ def test_a_failed_body_is_each_apis_error_shape() -> None:
     bodies = {}
     for client, make in ENCODERS.items():
         encoder = make(context(client))
-        encoder.feed(Failed("boom", code="server_error"))
+        raw(encoder.feed(Failed("boom", code="server_error")))
         bodies[client] = orjson.loads(encoder.body())
     response = bodies[WireApi.RESPONSES]
     assert response["status"] == "failed"
@@ -801,7 +810,9 @@ def _messages_view(block: Any) -> tuple[str, Any]:
 @pytest.mark.parametrize("client", list(WireApi))
 def test_events_before_started_start_the_response_implicitly(client: WireApi) -> None:
     encoder = ENCODERS[client](context(client))
-    body = b"".join(encoder.feed(e) for e in [*text_item(0, "hi"), Finished(FinishReason.STOP)])
+    body = b"".join(
+        raw(encoder.feed(e)) for e in [*text_item(0, "hi"), Finished(FinishReason.STOP)]
+    )
     if client is WireApi.RESPONSES:
         assert checks.responses_final(body).output_text == "hi"
     elif client is WireApi.CHAT:
@@ -831,8 +842,8 @@ def test_a_failure_anywhere_makes_every_sdk_raise(
     }
     for client, make in ENCODERS.items():
         encoder = make(context(client))
-        body = b"".join(encoder.feed(e) for e in events)
-        body += encoder.fail("upstream went quiet", code=None, try_again=try_again)
+        body = b"".join(raw(encoder.feed(e)) for e in events)
+        body += raw(encoder.fail("upstream went quiet", code=None, try_again=try_again))
         assert encoder.finished
         STREAM_CHECKS[client](body)
         with pytest.raises(raised[client], match="upstream went quiet"):
@@ -862,7 +873,7 @@ def fixed(client: WireApi, **fields: Any) -> TranslationContext:
 
 def whole_body(encoder: Encoder, events: Sequence[Event]) -> Any:
     for event in events:
-        assert encoder.feed(event) == b""
+        assert raw(encoder.feed(event)) == b""
     return orjson.loads(encoder.body())
 
 
@@ -969,13 +980,13 @@ def test_a_chat_stream_is_the_same_bytes_every_time() -> None:
     ]
     for _ in range(2):
         encoder = ChatEncoder(fixed(WireApi.CHAT))
-        assert b"".join(encoder.feed(event) for event in UNNAMED) == b"".join(expected)
+        assert b"".join(raw(encoder.feed(event)) for event in UNNAMED) == b"".join(expected)
 
 
 @pytest.mark.parametrize("client", list(WireApi))
 def test_every_stream_is_a_function_of_its_events_and_context(client: WireApi) -> None:
     runs = [
-        b"".join(encoder.feed(event) for event in UNNAMED)
+        b"".join(raw(encoder.feed(event)) for event in UNNAMED)
         for encoder in (encoder_for(client, fixed(client)) for _ in range(2))
     ]
     assert runs[0] == runs[1]
@@ -992,7 +1003,7 @@ def test_a_translated_request_hands_its_clock_and_ids_to_the_response() -> None:
         clock=lambda: FIXED_NOW,
         ids=counting(),
     )
-    frames = encoder_for(WireApi.RESPONSES, request.context).feed(Started())
+    frames = raw(encoder_for(WireApi.RESPONSES, request.context).feed(Started()))
     assert b'"id":"resp_t1"' in frames and b'"created_at":1767225600' in frames
 
 
@@ -1009,5 +1020,5 @@ def test_a_translated_request_hands_its_clock_and_ids_to_the_response() -> None:
 def test_an_upstream_id_in_any_apis_style_keeps_its_token(
     upstream_id: str, client: WireApi, expected: str
 ) -> None:
-    frames = encoder_for(client, fixed(client)).feed(Started(id=upstream_id))
+    frames = raw(encoder_for(client, fixed(client)).feed(Started(id=upstream_id)))
     assert b'"%s"' % expected.encode() in frames

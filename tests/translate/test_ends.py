@@ -23,6 +23,7 @@ from proxai.protocols.names import WireApi
 from proxai.protocols.observer import Verdict
 from proxai.testing import Reset, Script, Send, Stall
 from proxai.testing.streams import FAST_TIMEOUTS, data_frames
+from proxai.testing.streams import made_bytes as raw
 from proxai.translate.decoders.chat import ChatDecoder
 from proxai.translate.encoders import encoder_for
 from proxai.translate.encoders.responses import ResponsesEncoder
@@ -398,12 +399,12 @@ def _frames(lines: list[bytes]) -> list[Any]:
 
 def test_an_encoder_that_fails_on_its_terminal_event_still_ends_the_stream_with_the_error() -> None:
     translator = _translator(_FailingUsage)
-    out = translator.frames(_frames(TEXT_STREAM[:4]))
+    out = raw(translator.frames(_frames(TEXT_STREAM[:4])))
     assert translator.broken == "translation failed (OverflowError: no)"
     assert translator.client_end is None
     events = [json.loads(f.data) for f in data_frames(out)]
     assert events[-1]["type"] == "response.output_item.done"  # whole events up to the failure
-    closing = translator.closing(Verdict(OutcomeKind.TRANSLATION_FAILED, translator.broken))
+    closing = raw(translator.closing(Verdict(OutcomeKind.TRANSLATION_FAILED, translator.broken)))
     error, failed = (json.loads(f.data) for f in data_frames(closing))
     assert (error["type"], error["code"]) == ("error", "translation_failed")
     assert failed["type"] == "response.failed"
@@ -412,17 +413,19 @@ def test_an_encoder_that_fails_on_its_terminal_event_still_ends_the_stream_with_
         == error["sequence_number"] + 1
         == events[-1]["sequence_number"] + 2
     )
-    assert translator.frames(_frames(TEXT_STREAM[4:])) == b""  # nothing more is taken
+    assert raw(translator.frames(_frames(TEXT_STREAM[4:]))) == b""  # nothing more is taken
 
 
 def test_a_failure_after_the_clients_end_adds_nothing_after_it() -> None:
     translator = _translator()
-    out = translator.frames(_frames(TEXT_STREAM[:4]))
+    out = raw(translator.frames(_frames(TEXT_STREAM[:4])))
     assert data_frames(out)[-1].event == "response.completed"
     translator._decoder.feed = _raise  # type: ignore[method-assign]
-    assert translator.frames(_frames(TEXT_STREAM[4:])) == b""
+    assert raw(translator.frames(_frames(TEXT_STREAM[4:]))) == b""
     assert translator.broken is not None and translator.client_end is OutcomeKind.COMPLETED
-    assert translator.closing(Verdict(OutcomeKind.TRANSLATION_FAILED, translator.broken)) == b""
+    assert (
+        raw(translator.closing(Verdict(OutcomeKind.TRANSLATION_FAILED, translator.broken))) == b""
+    )
 
 
 def _raise(*args: Any) -> Any:
@@ -696,7 +699,7 @@ def test_an_encoder_for_a_client_that_asked_for_no_stream_writes_no_frames(
         Usage(input_tokens=3, output_tokens=1000),
         Finished(FinishReason.STOP),
     ]
-    assert [encoder.feed(event) for event in events] == [b""] * len(events)
+    assert [encoder.feed(event) for event in events] == [[]] * len(events)
     assert encoder.finished
     body = json.loads(encoder.body())
     text = {

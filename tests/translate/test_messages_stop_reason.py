@@ -16,6 +16,7 @@ from proxai.protocols.names import WireApi
 from proxai.testing import Script, chat_chunk
 from proxai.testing import stream_checks as checks
 from proxai.testing.memory_proxy import MemoryProxy
+from proxai.testing.streams import made_bytes as raw
 from proxai.translate.encoders.messages import MessagesEncoder
 from proxai.translate.ir import (
     Finished,
@@ -47,7 +48,7 @@ TEXT_THEN_TOOL_CALLS = [
 
 def test_tool_calls_with_no_call_opened_end_the_turn() -> None:
     encoder = _encoder(stream=True)
-    final = checks.messages_final(b"".join(encoder.feed(e) for e in TEXT_THEN_TOOL_CALLS))
+    final = checks.messages_final(b"".join(raw(encoder.feed(e)) for e in TEXT_THEN_TOOL_CALLS))
     assert final.stop_reason == "end_turn"
     assert [b.type for b in final.content] == ["text"]
     whole = _encoder(stream=False)
@@ -65,7 +66,7 @@ def test_tool_calls_with_a_call_is_tool_use() -> None:
         Finished(FinishReason.TOOL_CALLS),
     ]
     encoder = _encoder(stream=True)
-    final = checks.messages_final(b"".join(encoder.feed(e) for e in events))
+    final = checks.messages_final(b"".join(raw(encoder.feed(e)) for e in events))
     assert final.stop_reason == "tool_use"
     assert [b.type for b in final.content] == ["text", "tool_use"]
 

@@ -28,15 +28,16 @@ import orjson
 from ...errors import ending_code
 from ...outcome import OutcomeKind
 from ...wire.json_values import str_or_none
-from ...wire.sse import sse_event
+from ...wire.sse import Frames, SSEFrame, sse_frame
 from ..aggregate import Aggregate
 from ..observer import UNREAD
 from ..tracking import TrackedItem, TrackingObserver
 
-__all__ = ["ChatReader", "synthesized_error"]
+__all__ = ["DONE_FRAME", "ChatReader", "synthesized_error"]
 
 DONE = b"[DONE]"
 DONE_LINE = b"data: [DONE]\n\n"
+DONE_FRAME = SSEFrame(DONE_LINE, None, DONE)
 #: Finish reasons that mean the answer was cut short.
 _INCOMPLETE_REASONS = frozenset({"length", "content_filter"})
 
@@ -46,10 +47,10 @@ _MAX_UNFINISHED = 1024
 CallKey = tuple[int, int | str]
 
 
-def synthesized_error(message: str, *, code: str = "server_error") -> bytes:
+def synthesized_error(message: str, *, code: str = "server_error") -> Frames:
     """The error chunk and ``[DONE]`` proxai ends a broken Chat Completions stream with."""
     error = {"message": message, "type": "server_error", "param": None, "code": code}
-    return sse_event(None, {"error": error}) + DONE_LINE
+    return [sse_frame(None, {"error": error}), DONE_FRAME]
 
 
 class ChatReader:
@@ -74,7 +75,7 @@ class ChatReader:
     def read(self, event: str | None, data: bytes) -> object:
         tracker = self._tracker
         if data[:1] != b"{" and data.strip() == DONE:
-            self._finish(b"")
+            self._finish(())
             return UNREAD
         try:
             chunk = orjson.loads(data)
@@ -111,13 +112,13 @@ class ChatReader:
             tracker.note("chunk without a choices array")
             return
         if not choices and isinstance(usage, dict) and self._finished_any and not self._unfinished:
-            self._finish(DONE_LINE)  # owed if the upstream stops here
+            self._finish((DONE_FRAME,))  # owed if the upstream stops here
             return
         for position, choice in enumerate(choices):
             if isinstance(choice, dict):
                 self._choice(choice, position)
 
-    def _finish(self, closing: bytes) -> None:
+    def _finish(self, closing: tuple[SSEFrame, ...]) -> None:
         incomplete = self._incomplete or self._incomplete_unkept
         kind = OutcomeKind.INCOMPLETE if incomplete else OutcomeKind.COMPLETED
         self._tracker.finish(kind, closing=closing)
@@ -252,5 +253,5 @@ class ChatReader:
         if isinstance(arguments, str) and arguments:
             tracker.progress(item, arguments)
 
-    def closing(self, kind: OutcomeKind, message: str) -> bytes:
+    def closing(self, kind: OutcomeKind, message: str) -> Frames:
         return synthesized_error(message, code=ending_code(kind))

@@ -25,7 +25,7 @@ import orjson
 
 from ...outcome import TRY_AGAIN, OutcomeKind
 from ...wire.json_values import str_or_none
-from ...wire.sse import sse_event
+from ...wire.sse import Frames, sse_frame
 from ..observer import UNREAD
 from ..tracking import TrackedItem, TrackingObserver
 
@@ -40,10 +40,10 @@ MAX_USAGE_KEYS = 64
 _INCOMPLETE_REASONS = frozenset({"max_tokens", "model_context_window_exceeded"})
 
 
-def synthesized_error(message: str, *, error_type: str = "api_error") -> bytes:
+def synthesized_error(message: str, *, error_type: str = "api_error") -> Frames:
     """An ``error`` event in the shape the Messages API streams it."""
     payload = {"type": "error", "error": {"type": error_type, "message": message}}
-    return sse_event("error", payload)
+    return [sse_frame("error", payload)]
 
 
 class MessagesReader:
@@ -154,6 +154,6 @@ class MessagesReader:
             if key in merged or len(merged) < MAX_USAGE_KEYS:
                 merged[key] = value
 
-    def closing(self, kind: OutcomeKind, message: str) -> bytes:
+    def closing(self, kind: OutcomeKind, message: str) -> Frames:
         error_type = "overloaded_error" if kind in TRY_AGAIN else "api_error"
         return synthesized_error(message, error_type=error_type)

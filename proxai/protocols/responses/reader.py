@@ -29,7 +29,7 @@ import orjson
 
 from ...errors import ending_code
 from ...outcome import OutcomeKind
-from ...wire.sse import sse_event
+from ...wire.sse import Frames, sse_frame
 from ..aggregate import Aggregate
 from ..observer import UNREAD
 from ..tracking import TrackedItem, TrackingObserver
@@ -88,7 +88,7 @@ def synthesized_error(
     snapshot: dict[str, Any] | None,
     model: str | None,
     code: str = "server_error",
-) -> bytes:
+) -> Frames:
     """The ``error`` + ``response.failed`` pair proxai ends a broken stream with.
 
     The ``error`` event carries the documented flat fields and the nested
@@ -120,7 +120,7 @@ def synthesized_error(
         "sequence_number": sequence_number + 1,
         "response": response,
     }
-    return sse_event("error", error_event) + sse_event("response.failed", failed)
+    return [sse_frame("error", error_event), sse_frame("response.failed", failed)]
 
 
 #: What a text part no delta came for spelled.
@@ -331,7 +331,7 @@ class ResponsesReader:
                             part["text"],
                         )
 
-    def closing(self, kind: OutcomeKind, message: str) -> bytes:
+    def closing(self, kind: OutcomeKind, message: str) -> Frames:
         if self._last_sequence is not None:
             sequence = self._last_sequence + self._since_sequence + 1
         else:

@@ -17,6 +17,7 @@ import attrs
 import orjson
 
 from ...wire.headers import HOP_BY_HOP, Headers, is_token, value_problem
+from ...wire.sse import SSEFrame
 from .events import TERMINAL_TYPES
 
 __all__ = [
@@ -81,13 +82,17 @@ def event_type(text: bytes) -> bytes | None:
     return name.encode()
 
 
-def as_sse(text: bytes, kind: bytes | None) -> bytes:
-    """One frame as one SSE event: its text, byte for byte, as the ``data`` (a frame
-    with line breaks in it takes one ``data:`` line per line)."""
+def as_sse(text: bytes, kind: bytes | None) -> SSEFrame:
+    """One socket frame as the SSE event an HTTP client gets for it, made as a frame
+    (nothing parses it again): its text, byte for byte, as the ``data`` (a frame with
+    line breaks in it takes one ``data:`` line per line; its data then has LF for each,
+    as an SSE parser reads it)."""
+    data = text
     if b"\n" in text or b"\r" in text:
+        data = _LINE_BREAK.sub(b"\n", text)
         text = _LINE_BREAK.sub(b"\ndata: ", text)
     head = b"data: " if kind is None else b"event: " + kind + b"\ndata: "
-    return head + text + b"\n\n"
+    return SSEFrame(head + text + b"\n\n", None if kind is None else kind.decode(), data)
 
 
 @attrs.frozen

@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 from typing import ClassVar
 
+from ...wire.sse import Frames
 from ..ir import (
     Event,
     Failed,
@@ -58,23 +59,23 @@ class EncoderBase(abc.ABC):
     def finished(self) -> bool:
         return self._finished
 
-    def broken(self, message: str, *, code: str) -> bytes:
+    def broken(self, message: str, *, code: str) -> Frames:
         """The client's error after the translation itself failed, whatever state the
         failure left this encoder in: a terminal event it was writing when it failed
         never reached the client, so the error still may (and must) follow."""
         self._finished = False
         return self.fail(message, code=code, try_again=False)
 
-    def feed(self, event: Event) -> bytes:
+    def feed(self, event: Event) -> Frames:
         out = self._route(event)
-        return b"" if self._quiet else out
+        return [] if self._quiet else out
 
-    def _route(self, event: Event) -> bytes:
+    def _route(self, event: Event) -> Frames:
         if self._finished:
-            return b""
+            return []
         if isinstance(event, ItemDelta):
             return self._item_delta(event)  # an item is open, so the response started
-        out = b"" if self._started or isinstance(event, Started) else self._start(Started())
+        out = [] if self._started or isinstance(event, Started) else self._start(Started())
         if isinstance(event, Started):
             out += self._start(event)
         elif isinstance(event, ItemStarted):
@@ -89,10 +90,10 @@ class EncoderBase(abc.ABC):
             out += self._failed(event)
         return out
 
-    def _start(self, event: Started) -> bytes:
+    def _start(self, event: Started) -> Frames:
         """Start the response once (ids and model fixed here), with its opening frames."""
         if self._started:
-            return b""
+            return []
         self._started = True
         stored = self._ctx.stored
         self._id = (
@@ -104,26 +105,26 @@ class EncoderBase(abc.ABC):
         return self._opened(event)
 
     @abc.abstractmethod
-    def fail(self, message: str, *, code: str | None, try_again: bool) -> bytes:
+    def fail(self, message: str, *, code: str | None, try_again: bool) -> Frames:
         """Close the client's stream with its API's error (see ``ir.Encoder.fail``)."""
 
     @abc.abstractmethod
-    def _opened(self, event: Started) -> bytes:
+    def _opened(self, event: Started) -> Frames:
         """The frames that open the response."""
 
     @abc.abstractmethod
-    def _item_started(self, event: ItemStarted) -> bytes: ...
+    def _item_started(self, event: ItemStarted) -> Frames: ...
 
     @abc.abstractmethod
-    def _item_delta(self, event: ItemDelta) -> bytes: ...
+    def _item_delta(self, event: ItemDelta) -> Frames: ...
 
     @abc.abstractmethod
-    def _item_done(self, event: ItemDone) -> bytes: ...
+    def _item_done(self, event: ItemDone) -> Frames: ...
 
     @abc.abstractmethod
-    def _finish(self, event: Finished) -> bytes:
+    def _finish(self, event: Finished) -> Frames:
         """The normal end: the last frames; sets ``_finished``."""
 
     @abc.abstractmethod
-    def _failed(self, event: Failed) -> bytes:
+    def _failed(self, event: Failed) -> Frames:
         """The upstream's in-band error as the client API's; sets ``_finished``."""

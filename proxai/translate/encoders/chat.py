@@ -21,8 +21,8 @@ import attrs
 import orjson
 
 from ...protocols.aggregate import Aggregate
-from ...protocols.chat.observer import synthesized_error
-from ...wire.sse import sse_event
+from ...protocols.chat.reader import DONE_FRAME, synthesized_error
+from ...wire.sse import Frames, frame_of, sse_frame
 from ..ir import (
     Failed,
     Finished,
@@ -38,8 +38,7 @@ from ._base import EncoderBase
 
 __all__ = ["ChatEncoder"]
 
-_DONE = b"data: [DONE]\n\n"
-_CHUNK_TAIL = b',"logprobs":null,"finish_reason":null}]}\n\n'
+_CHUNK_TAIL = b',"logprobs":null,"finish_reason":null}]}'
 _FINISH_REASONS = {
     FinishReason.STOP: "stop",
     FinishReason.STOP_SEQUENCE: "stop",
@@ -88,10 +87,10 @@ class ChatEncoder(EncoderBase):
         self._finish_reason: str | None = None
         self._error: dict[str, Any] | None = None
 
-    def fail(self, message: str, *, code: str | None, try_again: bool) -> bytes:
+    def fail(self, message: str, *, code: str | None, try_again: bool) -> Frames:
         """An error chunk and ``[DONE]``; ``server_error`` (retryable) unless ``code``."""
         if self._finished:
-            return b""
+            return []
         return self._fail(message, code)
 
     def body(self) -> bytes:
@@ -138,7 +137,7 @@ class ChatEncoder(EncoderBase):
         items = [item for item in self._items.values() if item.kind is kind]
         return "".join(_text(item) for item in items) if items else None
 
-    def _opened(self, event: Started) -> bytes:
+    def _opened(self, event: Started) -> Frames:
         self._created = event.created or self._ctx.now()
         self._chunk_fields = {
             "id": self._id,
@@ -148,18 +147,18 @@ class ChatEncoder(EncoderBase):
             "system_fingerprint": None,
         }
         fields = orjson.dumps(self._chunk_fields)[:-1]  # without its closing brace
-        self._chunk_head = b"data: " + fields + b',"choices":[{"index":0,"delta":'
+        self._chunk_head = fields + b',"choices":[{"index":0,"delta":'
         return self._chunk({"role": "assistant", "content": ""})
 
-    def _item_started(self, event: ItemStarted) -> bytes:
+    def _item_started(self, event: ItemStarted) -> Frames:
         if event.key in self._items:
-            return b""
+            return []
         item = _Item(kind=event.kind, spelled=None if self._ctx.stream else Aggregate())
         self._items[event.key] = item
         if event.kind is not ItemKind.TOOL_CALL:
             item.delta_head = b'{"%s":' % _DELTA_FIELDS[event.kind].encode()
             item.delta_tail = b"}"
-            return b""
+            return []
         item.index = len(self._calls)
         item.call_id = event.call_id or self._ctx.new_id("call_")
         item.name = self._ctx.client_tool_name(event.name) or ""
@@ -170,17 +169,17 @@ class ChatEncoder(EncoderBase):
         call = {"index": item.index, "id": item.call_id, "type": "function", "function": function}
         return self._chunk({"tool_calls": [call]})
 
-    def _item_delta(self, event: ItemDelta) -> bytes:
+    def _item_delta(self, event: ItemDelta) -> Frames:
         item = self._items.get(event.key)
         if item is None or not event.text:
-            return b""
+            return []
         self._keep(item, event.text)
         return self._delta(item, event.text)
 
-    def _item_done(self, event: ItemDone) -> bytes:
+    def _item_done(self, event: ItemDone) -> Frames:
         item = self._items.get(event.key)
         if item is None or item.kind is not ItemKind.TOOL_CALL or item.has_text:
-            return b""
+            return []
         self._keep(item, "{}")  # a call without arguments still takes an object
         return self._delta(item, "{}")
 
@@ -189,30 +188,32 @@ class ChatEncoder(EncoderBase):
         if item.spelled is not None:
             item.spelled.append(text)
 
-    def _delta(self, item: _Item, text: str) -> bytes:
+    def _delta(self, item: _Item, text: str) -> Frames:
         if self._quiet:
-            return b""
-        return b"".join(
+            return []
+        payload = b"".join(
             (self._chunk_head, item.delta_head, orjson.dumps(text), item.delta_tail, _CHUNK_TAIL)
         )
+        return [frame_of(None, payload)]
 
-    def _finish(self, event: Finished) -> bytes:
+    def _finish(self, event: Finished) -> Frames:
         finish_reason = _FINISH_REASONS[event.reason]
         if finish_reason == "stop" and self._calls:
             finish_reason = "tool_calls"  # some servers say stop after calling tools
         self._finish_reason = finish_reason
         self._finished = True
         if self._quiet:
-            return b""
+            return []
         out = self._chunk({}, finish_reason=finish_reason)
         if self._ctx.include_usage:
-            out += sse_event(None, self._chunk_json([]) | {"usage": self._usage_json()})
-        return out + _DONE
+            out.append(sse_frame(None, self._chunk_json([]) | {"usage": self._usage_json()}))
+        out.append(DONE_FRAME)
+        return out
 
-    def _failed(self, event: Failed) -> bytes:
+    def _failed(self, event: Failed) -> Frames:
         return self._fail(event.message, event.code)
 
-    def _fail(self, message: str, code: str | None) -> bytes:
+    def _fail(self, message: str, code: str | None) -> Frames:
         self._finished = True
         code = code or "server_error"
         self._error = {"message": message, "type": "server_error", "param": None, "code": code}
@@ -233,11 +234,11 @@ class ChatEncoder(EncoderBase):
             "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens or 0},
         }
 
-    def _chunk(self, delta: dict[str, Any], *, finish_reason: str | None = None) -> bytes:
+    def _chunk(self, delta: dict[str, Any], *, finish_reason: str | None = None) -> Frames:
         if self._quiet:
-            return b""
+            return []
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        return sse_event(None, self._chunk_json([choice]))
+        return [sse_frame(None, self._chunk_json([choice]))]
 
     def _chunk_json(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
         return self._chunk_fields | {"choices": choices}

@@ -20,6 +20,7 @@ import orjson
 
 from ...protocols.aggregate import Aggregate
 from ...protocols.responses.compaction import CompactionAnswer, CompactionForm, Summary, seal
+from ...wire.sse import Frames
 from ..ir import Finished, ItemDelta, ItemDone, ItemKind, ItemStarted, TranslationContext
 from .responses import ResponsesEncoder
 
@@ -39,21 +40,21 @@ class CompactionEncoder(ResponsesEncoder):
         self._texts: dict[int, Aggregate] = {}  # the text items, by the decoder's key
         self._item: dict[str, Any] | None = None
 
-    def _item_started(self, event: ItemStarted) -> bytes:
+    def _item_started(self, event: ItemStarted) -> Frames:
         if event.kind is ItemKind.TEXT and event.key not in self._texts:
             self._texts[event.key] = Aggregate()
-        return b""
+        return []
 
-    def _item_delta(self, event: ItemDelta) -> bytes:
+    def _item_delta(self, event: ItemDelta) -> Frames:
         text = self._texts.get(event.key)
         if text is not None and event.text:
             text.append(event.text)
-        return b""
+        return []
 
-    def _item_done(self, event: ItemDone) -> bytes:
-        return b""
+    def _item_done(self, event: ItemDone) -> Frames:
+        return []
 
-    def _finish(self, event: Finished) -> bytes:
+    def _finish(self, event: Finished) -> Frames:
         """The compaction item, then ``response.completed`` (a summary cut short by the
         output limit still completes: it is the summary there is)."""
         summary = "\n\n".join(t.value() for t in self._texts.values() if t.value().strip())

@@ -23,8 +23,8 @@ import attrs
 import orjson
 
 from ...protocols.aggregate import Aggregate
-from ...protocols.messages.observer import synthesized_error
-from ...wire.sse import sse_event
+from ...protocols.messages.reader import synthesized_error
+from ...wire.sse import Frames, SSEFrame, frame_of, sse_frame
 from ..ir import (
     THINKING_SIGNATURE,
     Failed,
@@ -69,7 +69,7 @@ _DELTA_FIELDS = {
     ItemKind.REASONING: (b"thinking_delta", b"thinking"),
     ItemKind.TOOL_CALL: (b"input_json_delta", b"partial_json"),
 }
-_PING = b'event: ping\ndata: {"type":"ping"}\n\n'
+_PING = SSEFrame(b'event: ping\ndata: {"type":"ping"}\n\n', "ping", b'{"type":"ping"}')
 
 
 @attrs.define
@@ -102,9 +102,10 @@ class _Block:
         """Give the block its index, and its delta frame around the text."""
         self.index = index
         delta_type, field = _DELTA_FIELDS[self.kind]
-        self.delta_head = (
-            b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,'
-            b'"delta":{"type":"%s","%s":' % (index, delta_type, field)
+        self.delta_head = b'{"type":"content_block_delta","index":%d,"delta":{"type":"%s","%s":' % (
+            index,
+            delta_type,
+            field,
         )
 
     def whole_json(self) -> dict[str, Any]:
@@ -143,17 +144,17 @@ class MessagesEncoder(EncoderBase):
         self._stop_sequence: str | None = None
         self._error: dict[str, str] | None = None
 
-    def fail(self, message: str, *, code: str | None, try_again: bool) -> bytes:
+    def fail(self, message: str, *, code: str | None, try_again: bool) -> Frames:
         """One ``event: error``: ``overloaded_error`` when the client may try again (Claude
         Code retries it), else ``api_error`` or what ``code`` says."""
         if self._finished:
-            return b""
+            return []
         return self._fail(message, "overloaded_error" if try_again else _error_type(None, code))
 
-    def ping(self) -> bytes:
+    def ping(self) -> Frames:
         """A ``ping`` event, for the relay to send while the upstream is silent (Anthropic
         sends them, and they keep idle-timing clients and middleboxes patient)."""
-        return _PING if self._started and not self._finished else b""
+        return [_PING] if self._started and not self._finished else []
 
     def body(self) -> bytes:
         """The whole Message (or, after a failure, the ``{"type": "error"}`` body)."""
@@ -169,11 +170,11 @@ class MessagesEncoder(EncoderBase):
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    def _opened(self, event: Started) -> bytes:
+    def _opened(self, event: Started) -> Frames:
         # Input tokens are rarely known yet: message_delta brings the real counts.
         message = self._message_json([])
         message["usage"] = {"input_tokens": 0, "output_tokens": 0}
-        return sse_event("message_start", {"type": "message_start", "message": message})
+        return [sse_frame("message_start", {"type": "message_start", "message": message})]
 
     def _message_json(self, content: list[dict[str, Any]]) -> dict[str, Any]:
         return {
@@ -186,10 +187,11 @@ class MessagesEncoder(EncoderBase):
             "stop_sequence": None,
         }
 
-    def _finish(self, event: Finished) -> bytes:
+    def _finish(self, event: Finished) -> Frames:
         out = self._stop_open()
         while self._waiting:
-            out += self._open_next() + self._stop_open()
+            out += self._open_next()
+            out += self._stop_open()
         stop_reason = _STOP_REASONS[event.reason]
         called = any(b.kind is ItemKind.TOOL_CALL for b in self._content)
         if stop_reason == "end_turn" and called:
@@ -202,13 +204,14 @@ class MessagesEncoder(EncoderBase):
         self._finished = True
         delta = {"stop_reason": stop_reason, "stop_sequence": self._stop_sequence}
         payload = {"type": "message_delta", "delta": delta, "usage": self._usage_json()}
-        out += sse_event("message_delta", payload)
-        return out + sse_event("message_stop", {"type": "message_stop"})
+        out.append(sse_frame("message_delta", payload))
+        out.append(sse_frame("message_stop", {"type": "message_stop"}))
+        return out
 
-    def _failed(self, event: Failed) -> bytes:
+    def _failed(self, event: Failed) -> Frames:
         return self._fail(event.message, _error_type(event.type, event.code))
 
-    def _fail(self, message: str, error_type: str) -> bytes:
+    def _fail(self, message: str, error_type: str) -> Frames:
         self._finished = True
         self._error = {"type": error_type, "message": message}
         return synthesized_error(message, error_type=error_type)
@@ -227,9 +230,9 @@ class MessagesEncoder(EncoderBase):
 
     # -- blocks ------------------------------------------------------------------------
 
-    def _item_started(self, event: ItemStarted) -> bytes:
+    def _item_started(self, event: ItemStarted) -> Frames:
         if event.key in self._blocks:
-            return b""
+            return []
         block = _Block(kind=event.kind)
         if event.kind is ItemKind.TOOL_CALL:
             # Escaped reversibly (``functions.Bash:0`` -> ``proxai-id-functions-2eBash-3a0``):
@@ -239,27 +242,27 @@ class MessagesEncoder(EncoderBase):
             block.name = self._ctx.client_tool_name(event.name) or ""
         self._blocks[event.key] = block
         self._waiting.append(block)
-        return self._open_next() if self._open is None else b""
+        return self._open_next() if self._open is None else []
 
-    def _item_delta(self, event: ItemDelta) -> bytes:
+    def _item_delta(self, event: ItemDelta) -> Frames:
         block = self._blocks.get(event.key)
         if block is None or block.done or not event.text:
-            return b""
+            return []
         if block is not self._open:
             block.spelled.append(event.text)
-            return b""  # kept until its turn comes
+            return []  # kept until its turn comes
         if not self._ctx.stream:
             block.spelled.append(event.text)  # a whole body needs it at the end
         return self._delta(block, event.text)
 
-    def _item_done(self, event: ItemDone) -> bytes:
+    def _item_done(self, event: ItemDone) -> Frames:
         block = self._blocks.get(event.key)
         if block is None or block.done:
-            return b""
+            return []
         block.done = True
         block.signature = event.signature
         if block is not self._open:
-            return b""
+            return []
         out = self._stop_open()
         while self._waiting and self._open is None:
             out += self._open_next()
@@ -267,37 +270,40 @@ class MessagesEncoder(EncoderBase):
                 out += self._stop_open()
         return out
 
-    def _open_next(self) -> bytes:
+    def _open_next(self) -> Frames:
         """Open the next waiting block and replay what it got while it waited."""
         block = self._waiting.popleft()
         block.open_at(len(self._content))
         self._content.append(block)
         self._open = block
         payload = {"type": "content_block_start", "index": block.index}
-        out = sse_event("content_block_start", payload | {"content_block": block.start_json()})
+        out = [sse_frame("content_block_start", payload | {"content_block": block.start_json()})]
         text = block.text()
         if self._ctx.stream:
             block.spelled = Aggregate()  # replayed: a stream needs no more of it
-        return out + (self._delta(block, text) if text else b"")
+        if text:
+            out += self._delta(block, text)
+        return out
 
-    def _stop_open(self) -> bytes:
+    def _stop_open(self) -> Frames:
         block = self._open
         if block is None:
-            return b""
+            return []
         self._open = None
-        out = b""
+        out: Frames = []
         if block.kind is ItemKind.REASONING:
             signature = block.signature or THINKING_SIGNATURE
             delta = {"type": "signature_delta", "signature": signature}
             payload = {"type": "content_block_delta", "index": block.index, "delta": delta}
-            out += sse_event("content_block_delta", payload)
+            out.append(sse_frame("content_block_delta", payload))
         payload = {"type": "content_block_stop", "index": block.index}
-        return out + sse_event("content_block_stop", payload)
+        out.append(sse_frame("content_block_stop", payload))
+        return out
 
-    def _delta(self, block: _Block, text: str) -> bytes:
+    def _delta(self, block: _Block, text: str) -> Frames:
         if self._quiet:
-            return b""
-        return block.delta_head + orjson.dumps(text) + b"}}\n\n"
+            return []
+        return [frame_of("content_block_delta", block.delta_head + orjson.dumps(text) + b"}}")]
 
 
 def _error_type(error_type: str | None, code: str | None) -> str:

@@ -18,8 +18,8 @@ import attrs
 import orjson
 
 from ...protocols.aggregate import Aggregate
-from ...protocols.responses.observer import synthesized_error
-from ...wire.sse import sse_event
+from ...protocols.responses.reader import synthesized_error
+from ...wire.sse import Frames, frame_of, sse_frame
 from ..ir import (
     Failed,
     Finished,
@@ -72,6 +72,7 @@ class _Item:
     done: bool = False
     # Its delta frame, written around the sequence number and the text (deltas are most
     # of a stream, and this is several times faster than a dict through orjson).
+    delta_event: str = ""
     delta_head: bytes = b""
     delta_middle: bytes = b""
     delta_tail: bytes = b""
@@ -80,13 +81,13 @@ class _Item:
         return self.spelled.value()
 
     def frame_deltas(self) -> None:
-        kind = _DELTA_EVENTS[self.kind].encode()
-        self.delta_head = b'event: %s\ndata: {"type":"%s","sequence_number":' % (kind, kind)
+        self.delta_event = _DELTA_EVENTS[self.kind]
+        self.delta_head = b'{"type":"%s","sequence_number":' % self.delta_event.encode()
         where = b',"item_id":%s,"output_index":%d' % (orjson.dumps(self.id), self.output_index)
         if self.kind is not ItemKind.TOOL_CALL:
             where += b',"content_index":0'
         self.delta_middle = where + b',"delta":'
-        self.delta_tail = b',"logprobs":[]}\n\n' if self.kind is ItemKind.TEXT else b"}\n\n"
+        self.delta_tail = b',"logprobs":[]}' if self.kind is ItemKind.TEXT else b"}"
 
     def part(self, text: str) -> dict[str, Any]:
         """The message content part holding ``text``."""
@@ -110,11 +111,12 @@ class ResponsesEncoder(EncoderBase):
         self._incomplete_reason: str | None = None
         self._error: dict[str, str] | None = None
 
-    def fail(self, message: str, *, code: str | None, try_again: bool) -> bytes:
+    def fail(self, message: str, *, code: str | None, try_again: bool) -> Frames:
         """``error`` + ``response.failed``; ``server_error`` (retryable) unless ``code``."""
         if self._finished:
-            return b""
-        return (b"" if self._started else self._start(Started())) + self._fail(message, code)
+            return []
+        out = [] if self._started else self._start(Started())
+        return out + self._fail(message, code)
 
     def body(self) -> bytes:
         """The Response object, as ``POST /v1/responses`` without ``stream`` returns it."""
@@ -124,30 +126,30 @@ class ResponsesEncoder(EncoderBase):
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    def _opened(self, event: Started) -> bytes:
+    def _opened(self, event: Started) -> Frames:
         self._created = event.created or self._ctx.now()
         snapshot = self._response(full=False)
         out = self._emit("response.created", {"response": snapshot})
         return out + self._emit("response.in_progress", {"response": snapshot})
 
-    def _finish(self, event: Finished) -> bytes:
-        out = b"".join(self._close(item) for item in self._output if not item.done)
+    def _finish(self, event: Finished) -> Frames:
+        out = [frame for item in self._output if not item.done for frame in self._close(item)]
         self._incomplete_reason = _INCOMPLETE_REASONS.get(event.reason)
         self._status = "incomplete" if self._incomplete_reason else "completed"
         self._finished = True
         kind = f"response.{self._status}"
         return out + self._emit(kind, {"response": self._response(full=True)})
 
-    def _failed(self, event: Failed) -> bytes:
+    def _failed(self, event: Failed) -> Frames:
         return self._fail(event.message, event.code or _ERROR_CODES.get(event.type or ""))
 
-    def _fail(self, message: str, code: str | None) -> bytes:
+    def _fail(self, message: str, code: str | None) -> Frames:
         code = code or "server_error"
         self._status = "failed"
         self._error = {"code": code, "message": message}
         self._finished = True
         if self._quiet:
-            return b""
+            return []
         snapshot = self._response(full=True)
         out = synthesized_error(
             message, sequence_number=self._sequence, snapshot=snapshot, model=self._model, code=code
@@ -214,9 +216,9 @@ class ResponsesEncoder(EncoderBase):
 
     # -- items -------------------------------------------------------------------------
 
-    def _item_started(self, event: ItemStarted) -> bytes:
+    def _item_started(self, event: ItemStarted) -> Frames:
         if event.key in self._items:
-            return b""
+            return []
         item = _Item(kind=event.kind, output_index=len(self._output), id="")
         if event.kind is ItemKind.TOOL_CALL:
             item.name = self._ctx.client_tool_name(event.name) or ""
@@ -236,16 +238,16 @@ class ResponsesEncoder(EncoderBase):
             out += self._emit("response.content_part.added", self._part_event(item, part=""))
         return out
 
-    def _item_delta(self, event: ItemDelta) -> bytes:
+    def _item_delta(self, event: ItemDelta) -> Frames:
         item = self._items.get(event.key)
         if item is None or item.done or not event.text:
-            return b""
+            return []
         item.spelled.append(event.text)
         if item.custom or self._quiet:
-            return b""  # the input is unwrapped from the whole arguments at the end
+            return []  # the input is unwrapped from the whole arguments at the end
         sequence = self._sequence
         self._sequence += 1
-        return b"".join(
+        payload = b"".join(
             (
                 item.delta_head,
                 str(sequence).encode(),
@@ -254,16 +256,17 @@ class ResponsesEncoder(EncoderBase):
                 item.delta_tail,
             )
         )
+        return [frame_of(item.delta_event, payload)]
 
-    def _item_done(self, event: ItemDone) -> bytes:
+    def _item_done(self, event: ItemDone) -> Frames:
         item = self._items.get(event.key)
-        return self._close(item) if item and not item.done else b""
+        return self._close(item) if item and not item.done else []
 
-    def _close(self, item: _Item) -> bytes:
+    def _close(self, item: _Item) -> Frames:
         """The ``.done`` events of ``item``, then its ``output_item.done``."""
         where = {"item_id": item.id, "output_index": item.output_index}
         text = item.text()
-        out = b""
+        out: Frames = []
         if item.kind is ItemKind.TOOL_CALL and item.custom:
             value = unwrap_custom_input(text) if text else ""
             item.spelled = Aggregate(value)
@@ -326,9 +329,9 @@ class ResponsesEncoder(EncoderBase):
             "content": [] if fresh else [item.part(text)],
         }
 
-    def _emit(self, event_type: str, payload: dict[str, Any]) -> bytes:
+    def _emit(self, event_type: str, payload: dict[str, Any]) -> Frames:
         if self._quiet:
-            return b""
+            return []
         frame = {"type": event_type, "sequence_number": self._sequence} | payload
         self._sequence += 1
-        return sse_event(event_type, frame)
+        return [sse_frame(event_type, frame)]
