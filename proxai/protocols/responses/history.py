@@ -152,7 +152,7 @@ def expand(
     ``previous_response_id`` to send (one the upstream holds), else none is sent.
     Linear in the items: each new item is serialized once, the earlier ones not at all.
     The objects are what the planner reads, so the body sent is never parsed back: the
-    new items are the client's own, an earlier one is parsed here, once.
+    new items are the client's own objects, an earlier item is parsed here, once.
     """
     found = resolved or {}
     new: list[bytes] = []
