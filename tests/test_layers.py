@@ -194,3 +194,94 @@ def test_no_module_outside_the_table_spells_an_api_path() -> None:
         if module not in PATH_MODULES and not module.startswith("proxai/testing/"):
             named += _paths_named(path)
     assert named == [], "read API paths from a row of protocols/table.py"
+
+
+def _module_name(path: Path) -> str:
+    parts = ["proxai", *path.relative_to(ROOT).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Each proxai module's imports of proxai modules: module-level, ``TYPE_CHECKING`` and
+    function-level ones alike (a lazy import is an edge the next refactor turns eager;
+    a ``TYPE_CHECKING`` one is the same dependency spelled for the type checker). ``from
+    . import x`` names the module ``x`` when there is one, else the package."""
+    modules = {_module_name(path): path for path in ROOT.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    target = ".".join([*base, *filter(None, [node.module])])
+                elif node.module is not None and node.module.startswith("proxai"):
+                    target = node.module
+                else:
+                    continue
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}"
+                    edges.add(sub if sub in modules else target)
+            elif isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names if a.name.startswith("proxai.")}
+        graph[name] = {m for m in edges if m in modules and m != name}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's, iterative:
+    each is a set of modules that import each other, directly or around a loop)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            step = next(edges, None)
+            if step is not None:
+                if step not in index:
+                    index[step] = low[step] = len(index)
+                    stack.append(step)
+                    on_stack.add(step)
+                    work.append((step, iter(sorted(graph[step]))))
+                elif step in on_stack:
+                    low[node] = min(low[node], index[step])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return sorted(found)
+
+
+def test_import_cycles_are_found() -> None:
+    """The cycle finder finds a loop of three and ignores a chain (the test below must
+    be able to fail)."""
+    loop = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert import_cycles(loop) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_no_import_cycle_inside_a_package() -> None:
+    """No module imports one that imports it back, however far round (issue 37): a
+    circle works only by the order modules happen to load, and makes the two one
+    module in all but name."""
+    assert import_cycles(_import_graph()) == []

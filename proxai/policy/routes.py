@@ -70,6 +70,13 @@ class Router:
     def has_protocol(self, protocol: UpstreamKind) -> bool:
         return protocol in self._protocols.values()
 
+    def check_served(self, *, native: Serves, serves: Serves, missing: str) -> None:
+        """Raise the 404 ``missing`` when no upstream can take the request, whatever its
+        model: checked before its body is read, so that none is read in vain. It routes
+        nothing (the route needs the model, which is in the body)."""
+        if not any(native(p) or serves(p) for p in self._protocols.values()):
+            raise ProxyError(404, missing, "invalid_request_error", code="no_upstream")
+
     def route_for(
         self, model: str | None, *, native: Serves, serves: Serves, missing: str
     ) -> Route:

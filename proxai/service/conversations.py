@@ -23,7 +23,6 @@ nobody holds (:meth:`Conversations.guard_path`, and in :meth:`Conversations.prep
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -44,14 +43,12 @@ from ..protocols.responses.history import (
 )
 from ..protocols.responses.record import ResponseRecord
 from ..protocols.responses.socket import new_response_id
-from ..protocols.table import STORED_PATH
 from ..state import ResponseStatus, StateStore, StateUnavailable, StoredResponse
 from ..translate.ir import StoredAs
 from ..wire.json_body import dumps_exact
+from .plan import StoredRef
 
-__all__ = ["Conversations", "StatePlan", "is_response_path", "response_not_found"]
-
-_RESPONSE_PATH = re.compile(re.escape(STORED_PATH) + r"/(resp_[A-Za-z0-9_-]{1,200})(/input_items)?")
+__all__ = ["Conversations", "StatePlan", "response_not_found"]
 
 
 @attrs.frozen
@@ -92,10 +89,13 @@ class Conversations:
         tenant: str,
         upstream_keeps_state: bool,
         store: bool = True,
-    ) -> StatePlan:
+    ) -> tuple[StatePlan, dict[str, Any] | None]:
         """Resolve what the request names and say whether to store its response (raises
         the 400s of ids nobody holds, and 503 when the store does not answer);
-        ``store`` false: never (a compaction)."""
+        ``store`` false: never (a compaction). With the plan, the expanded body as
+        Python objects (``None``: not expanded), for the planner, so that it is not
+        parsed back; apart from the plan, which lasts as long as the response, so that
+        the objects die with the planning."""
         named = needs(data)
         storing = store and data.get("store") is not False and not upstream_keeps_state
         claims = (
@@ -106,7 +106,7 @@ class Conversations:
         )
         if named.previous_id is None and not named.references and not storing:
             # A request that uses no state pays nothing (but its claim, once answered).
-            return StatePlan(body, tenant, claims=claims)
+            return StatePlan(body, tenant, claims=claims), None
         try:
             return await self._resolve(
                 body,
@@ -124,7 +124,7 @@ class Conversations:
             # does not answer must not refuse what the upstream can serve. The request
             # goes as sent (an id only proxai held then gets the upstream's not-found).
             warning = f"sent as the client wrote it: proxai's stored responses: {exc}"
-            return StatePlan(body, tenant, claims=claims, warnings=(warning,))
+            return StatePlan(body, tenant, claims=claims, warnings=(warning,)), None
 
     async def _resolve(
         self,
@@ -136,7 +136,7 @@ class Conversations:
         upstream_keeps_state: bool,
         claims: bool,
         storing: bool,
-    ) -> StatePlan:
+    ) -> tuple[StatePlan, dict[str, Any] | None]:
         """Look up what the request names and expand it into a self-contained one.
 
         What the request pulls from the store (each reference as often as it is named)
@@ -174,9 +174,11 @@ class Conversations:
             await self._check_upstream_ids(tenant, unheld, named.references, missing)
         expanded = prior is not None or bool(resolved)
         keep = None if prior is not None else named.previous_id
-        sent, items = expand(data, prior=prior or (), resolved=resolved, keep_previous=keep)
+        sent, items, objects = expand(
+            data, prior=prior or (), resolved=resolved, keep_previous=keep
+        )
         stored = StoredAs(new_response_id(), named.previous_id) if storing else None
-        return StatePlan(
+        plan = StatePlan(
             orjson.dumps(sent) if expanded else body,
             tenant,
             stored,
@@ -184,6 +186,7 @@ class Conversations:
             data.get("instructions"),
             claims,
         )
+        return plan, objects if expanded else None
 
     # -- the ids an upstream that keeps state minted -------------------------------------
 
@@ -265,7 +268,7 @@ class Conversations:
     async def answer(
         self,
         method: str,
-        path: str,
+        ref: StoredRef,
         query: Mapping[str, str],
         *,
         tenant: str,
@@ -274,11 +277,9 @@ class Conversations:
         """The answer to a request for a response proxai stored (``None``: not one, and
         the upstream keeps responses of its own: it answers). Behind an upstream that
         keeps none, proxai is the only one that can hold a response: an id it does not
-        hold (unknown, expired, deleted, another key's) is its 404."""
-        match = _RESPONSE_PATH.fullmatch(path)
-        if match is None or method not in ("GET", "DELETE"):
-            return None
-        response_id, listing = match.group(1), match.group(2) is not None
+        hold (unknown, expired, deleted, another key's) is its 404. ``ref``: what the
+        path names (:attr:`~proxai.service.plan.Incoming.stored`)."""
+        response_id, listing = ref.response_id, ref.listing
         if method == "DELETE" and listing:
             return None
         record = await self.store.get(tenant, response_id)
@@ -293,11 +294,6 @@ class Conversations:
         if not listing:
             return 200, record.response
         return 200, input_items_page(record, query)
-
-
-def is_response_path(path: str) -> bool:
-    """``/v1/responses/{id}`` or ``/v1/responses/{id}/input_items``."""
-    return _RESPONSE_PATH.fullmatch(path) is not None
 
 
 def response_not_found(response_id: str) -> ProxyError:

@@ -50,13 +50,13 @@ from ..policy.limits import (
 from ..state import StateStore, StateUnavailable
 from ..state.limiter import Held, Limiter, limiter_for
 
-__all__ = ["Admission", "KeyLimits"]
+__all__ = ["KeyLimits", "LimitHold"]
 
 log = logging.getLogger("proxai")
 
 
 @attrs.define
-class Admission:
+class LimitHold:
     """An admitted request's hold on its key's limits."""
 
     tenant: str
@@ -190,7 +190,7 @@ class KeyLimits:
         """Each key's use, for the live view."""
         return self._limiter.use() if self._limiter is not None else []
 
-    async def admit(self, tenant: str, slot: str, outcome: Outcome) -> Admission | None:
+    async def admit(self, tenant: str, slot: str, outcome: Outcome) -> LimitHold | None:
         """Admit a request of ``tenant`` (``slot``: its request id) or raise its 429/503;
         ``None``: no limit applies to it, or the backend did not answer (fail open)."""
         rules, limiter = self._rules, self._limiter
@@ -222,7 +222,7 @@ class KeyLimits:
             if self._count_limited is not None:
                 self._count_limited(rule.label, decision.refused.value)
             raise _refusal(decision, rule, self._fleet, headers)
-        admission = Admission(tenant, rule, slot, headers)
+        admission = LimitHold(tenant, rule, slot, headers)
         if holds:
             self._held[slot] = (tenant, slot, rule)
         return admission
@@ -244,7 +244,7 @@ class KeyLimits:
             f"limits not enforced at {step}: the [state] backend did not answer ({exc.message})"
         )
 
-    async def finish(self, admission: Admission, outcome: Outcome) -> None:
+    async def finish(self, admission: LimitHold, outcome: Outcome) -> None:
         """Free the request's slots and charge its tokens (shielded: it runs once the
         request ended, however it ended; bounded by ``[state] timeout``)."""
         held = self._held.pop(admission.slot, None) is not None

@@ -8,13 +8,18 @@ or translated into the upstream's API), or that proxai answers it itself (a
 :class:`~proxai.protocols.table.LocalAnswer`). The app carries a plan out; tests
 check one without an app.
 
-The body is parsed once, in :meth:`Planner.prepare`. The upstreams share that parse:
-the rewrites of a native upstream replace top-level fields of a shallow copy, and a
-translator builds a new request from the client's without changing it.
+The body is parsed once, in :meth:`Planner.prepare` (or by the carrier: a socket's
+frame), and a body the state step expanded comes with its parse
+(:meth:`Planner.prepare` takes it). The upstreams share that parse: the rewrites of a
+native upstream replace top-level fields of a shallow copy, and a translator builds a
+new request from the client's without changing it. A request is routed once
+(:class:`Routing`), and its path matched against the stored responses' once
+(:attr:`Incoming.stored`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +27,7 @@ import attrs
 import orjson
 
 from ..config import Config, UpstreamConfig, UpstreamKind
+from ..errors import ProxyError
 from ..policy.normalize import normalize_body
 from ..policy.routes import Route, Router
 from ..protocols.observer import ObserverFactory, pass_through
@@ -34,6 +40,7 @@ from ..protocols.responses.compaction import (
 )
 from ..protocols.table import (
     API_BY_WIRE,
+    STORED_PATH,
     UPSTREAM_PROTOCOLS,
     Api,
     ClientSdk,
@@ -53,10 +60,41 @@ from ..wire.json_values import json_object_or_none
 if TYPE_CHECKING:
     from ..translate.stream import TranslatorFactory
 
-__all__ = ["Incoming", "LocalPlan", "Plan", "Planner", "Prepared", "TargetPlan", "read_head"]
+__all__ = [
+    "Incoming",
+    "LocalPlan",
+    "Plan",
+    "Planner",
+    "Prepared",
+    "Routing",
+    "StoredRef",
+    "TargetPlan",
+    "read_head",
+]
 
 #: proxai's id of a request: returned to the client, sent upstream, in every record.
 REQUEST_ID_HEADER = b"x-proxai-request-id"
+_STORED_REF = re.compile(re.escape(STORED_PATH) + r"/(resp_[A-Za-z0-9_-]{1,200})(/input_items)?")
+
+
+@attrs.frozen
+class StoredRef:
+    """A ``GET`` or ``DELETE`` of ``/v1/responses/{id}`` or ``.../{id}/input_items``: a
+    response proxai may have stored (matched once, when the head is read)."""
+
+    response_id: str
+    #: ``/input_items``: the list of its input items.
+    listing: bool
+
+
+def stored_ref(method: str, route_path: str) -> StoredRef | None:
+    """What a request's path says of a stored response (``None``: not about one)."""
+    if method not in ("GET", "DELETE"):
+        return None
+    match = _STORED_REF.fullmatch(route_path)
+    if match is None:
+        return None
+    return StoredRef(match.group(1), match.group(2) is not None)
 
 
 @attrs.frozen
@@ -85,6 +123,8 @@ class Incoming:
     #: The fields its API's path pattern holds (``{"model": ...}`` for a path with the
     #: model in it).
     path_fields: Mapping[str, str] = attrs.field(factory=dict)
+    #: The response it retrieves, lists or deletes (``None``: none).
+    stored: StoredRef | None = None
 
     def native(self, kind: UpstreamKind) -> bool:
         """An upstream of ``kind`` takes this request as it is."""
@@ -146,6 +186,7 @@ def read_head(
         http2=http2,
         local=local_answer_for(method, route_path),
         path_fields=(api.path.match(route_path) or {}) if api is not None else {},
+        stored=stored_ref(method, route_path),
     )
 
 
@@ -202,6 +243,29 @@ class Plan:
     local: LocalPlan | None = None
 
 
+class Routing:
+    """One request's route, decided once: each model asked for is routed once, and a
+    404 is kept and raised again (the state step asks before the plan, a socket's turn
+    before both, and all of them get the same answer)."""
+
+    def __init__(self, route: Callable[[str | None], Route]) -> None:
+        self._route = route
+        self._decided: dict[str | None, Route | ProxyError] = {}
+
+    def route(self, model: str | None) -> Route:
+        """The route for ``model``; raises the 404 when none can take the request."""
+        decided = self._decided.get(model)
+        if decided is None:
+            try:
+                decided = self._route(model)
+            except ProxyError as exc:
+                decided = exc
+            self._decided[model] = decided
+        if isinstance(decided, ProxyError):
+            raise decided
+        return decided
+
+
 class Planner:
     """Plans requests for one validated :class:`~proxai.config.Config`."""
 
@@ -221,14 +285,28 @@ class Planner:
             model, native=incoming.native, serves=incoming.serves, missing=incoming.missing
         )
 
-    def prepare(self, incoming: Incoming, body: bytes) -> Prepared:
+    def routing(self, incoming: Incoming) -> Routing:
+        """The request's :class:`Routing`: routed once however often it is asked."""
+        return Routing(lambda model: self.route(incoming, model))
+
+    def check_served(self, incoming: Incoming) -> None:
+        """Raise the 404 that says what is missing when no upstream can take the request
+        (before its body is read; it routes nothing)."""
+        self.router.check_served(
+            native=incoming.native, serves=incoming.serves, missing=incoming.missing
+        )
+
+    def prepare(
+        self, incoming: Incoming, body: bytes, data: dict[str, Any] | None = None
+    ) -> Prepared:
         """Check and project the body of a generation request (raises ProxyError, 400);
         pick its observer.
 
         Says which model the request is for (routes match it), how to build the
         observer for an event-stream answer, and whether ``first_byte`` applies: to
         requests that ask for a stream or carry no body, not to a generation that
-        answers only once it is whole.
+        answers only once it is whole. ``data``: the body already parsed (a socket's
+        frame, a body the state step expanded), not parsed again.
         """
         api = incoming.api
         limits = self._limits
@@ -236,13 +314,14 @@ class Planner:
             # A resumed stream (GET /v1/responses/{id}?stream=true): no request to project.
             return Prepared(None, None, lambda timeouts: api.observer(timeouts, None, limits), True)
         if api is None:
-            data = _json_object_or_none(body)
+            data = data if data is not None else _json_object_or_none(body)
             model = data.get("model") if data is not None else None
             streaming = not body or (data is not None and data.get("stream") is True)
             return Prepared(
                 data, model if isinstance(model, str) else None, pass_through, streaming
             )
-        data = load_json_object(body)
+        if data is None:
+            data = load_json_object(body)
         projection = api.project(data)
         compaction = None
         if api.compact_path is not None:
@@ -258,12 +337,20 @@ class Planner:
         )
 
     def plan(
-        self, incoming: Incoming, body: bytes, prepared: Prepared, stored: StoredAs | None = None
+        self,
+        incoming: Incoming,
+        body: bytes,
+        prepared: Prepared,
+        stored: StoredAs | None = None,
+        *,
+        routing: Routing | None = None,
     ) -> Plan:
         """Route a prepared request and say what each upstream of its route is sent;
         raises ProxyError (404 without a route, 400 for what cannot be translated).
-        ``stored``: proxai stores the response (a translated one carries its id)."""
-        route = self.route(incoming, prepared.model)
+        ``stored``: proxai stores the response (a translated one carries its id);
+        ``routing``: the request's, when it was routed before."""
+        routing = routing or self.routing(incoming)
+        route = routing.route(prepared.model)
         if incoming.local is not None:
             api, answer = incoming.local
             first = self._upstreams[route.upstreams[0]]

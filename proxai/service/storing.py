@@ -18,13 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
+from ..outcome import Outcome
 from ..protocols.responses.record import ResponseRecord, is_terminal
 from ..relay.reader import is_event_stream
 from ..relay.writer import Downstream
+from ..state import RecordTooLarge, StateUnavailable
 from ..wire.headers import Headers
 from ..wire.sse import SSEFrame
+from .conversations import Conversations, StatePlan
 
-__all__ = ["StoringDownstream"]
+__all__ = ["StoringDownstream", "storing_downstream"]
 
 Save = Callable[[ResponseRecord], Awaitable[None]]
 OnId = Callable[[str], Awaitable[None]]
@@ -90,3 +93,57 @@ class StoringDownstream:
 
     async def wait_disconnect(self) -> None:
         await self._inner.wait_disconnect()
+
+
+def storing_downstream(
+    conversations: Conversations, state: StatePlan, downstream: Downstream, outcome: Outcome
+) -> Downstream:
+    """The client's downstream as the state plan asks: storing the response, claiming
+    the upstream's ids of it, or as it is."""
+    if state.stored is not None:
+        return _storing(conversations, state, downstream, outcome)
+    if state.claims:
+        return _claiming(conversations, state, downstream, outcome)
+    return downstream
+
+
+def _storing(
+    conversations: Conversations, state: StatePlan, downstream: Downstream, outcome: Outcome
+) -> Downstream:
+    """The client's downstream, storing the response before its terminal goes out."""
+
+    async def save(record: ResponseRecord) -> None:
+        try:
+            await conversations.save(state, record)
+        except StateUnavailable as exc:
+            outcome.warnings.append(f"the response was not stored: {exc.message}")
+            return
+        except RecordTooLarge:
+            outcome.warnings.append(
+                "the response was not stored: larger than the whole [state] max_bytes"
+            )
+            return
+        outcome.stored_as = record.response_id
+
+    return StoringDownstream(downstream, conversations.record(), save)
+
+
+def _claiming(
+    conversations: Conversations, state: StatePlan, downstream: Downstream, outcome: Outcome
+) -> Downstream:
+    """The client's downstream, claiming the upstream's ids of the response for its
+    tenant: its id before its first event goes out, its items' before its terminal.
+    A claim the store does not take leaves the ids unknown (a warning), the response
+    served."""
+
+    async def claim(response_id: str, item_ids: Sequence[str] = ()) -> None:
+        try:
+            await conversations.claim(state.tenant, response_id, item_ids)
+        except StateUnavailable as exc:
+            outcome.warnings.append(f"the response's ids were not claimed: {exc.message}")
+
+    async def save(record: ResponseRecord) -> None:
+        if record.response_id is not None:
+            await claim(record.response_id, record.item_ids)
+
+    return StoringDownstream(downstream, conversations.id_record(), save, claim)

@@ -1132,8 +1132,8 @@ class ProxaiMachine(RuleBasedStateMachine):
             stats = world.upstream.pool_statistics()
             if stats.open != stats.idle or stats.listed != stats.open:
                 raise Failure(f"(3) upstream pool not clean: {stats}\n{self._story(reply)}")
-            if world.proxy.app._relays:
-                raise Failure(f"(3) relays left: {world.proxy.app._relays}")
+            if world.proxy.app._pipeline.relays:
+                raise Failure(f"(3) relays left: {world.proxy.app._pipeline.relays}")
             if not world.socket_closed or world.socket is None:
                 tasks = self.world.call(self.world.tasks)
                 # a socket's drain watcher ends with the drain: fewer is fine, never more

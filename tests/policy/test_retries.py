@@ -235,7 +235,7 @@ async def test_a_retry_sleep_is_cut_short_by_the_client_leaving(autojump_clock: 
 
 
 def _busy_slots(proxy: MemoryProxy) -> list[int]:
-    return [n for client in proxy.app._clients.values() for n in client._busy]
+    return [n for client in proxy.app._pipeline.clients.values() for n in client._busy]
 
 
 @pytest.mark.parametrize(
@@ -260,7 +260,7 @@ async def test_every_exchange_is_closed_and_its_pool_slot_returned(
 
             async def stop_later() -> None:
                 await trio.sleep(at)
-                for relay in list(proxy.app._relays):
+                for relay in list(proxy.app._pipeline.relays):
                     relay.stop()
 
             if when.startswith("stop"):

@@ -143,24 +143,29 @@ def expand(
     prior: Sequence[bytes] = (),
     resolved: Mapping[str, bytes] | None = None,
     keep_previous: str | None = None,
-) -> tuple[dict[str, Any], tuple[bytes, ...]]:
-    """The body to send and its whole input as JSON items.
+) -> tuple[dict[str, Any], tuple[bytes, ...], dict[str, Any]]:
+    """The body to send, its whole input as JSON items, and the body as Python objects.
 
     ``prior``: the earlier items (input then output of the response followed);
     ``resolved``: the JSON of referenced items by id (a reference not in it stays as
     sent, for an upstream that holds it); ``keep_previous``: the
     ``previous_response_id`` to send (one the upstream holds), else none is sent.
     Linear in the items: each new item is serialized once, the earlier ones not at all.
+    The objects are what the planner reads, so the body sent is never parsed back: the
+    new items are the client's own objects, an earlier item is parsed here, once.
     """
     found = resolved or {}
     new: list[bytes] = []
+    objects: list[Any] = [orjson.loads(item) for item in prior]
     for item in input_items(body.get("input")):
         if isinstance(item, dict) and item.get("type") == "item_reference":
             held = found.get(item.get("id"))  # type: ignore[arg-type]
             if held is not None:
                 new.append(held)
+                objects.append(orjson.loads(held))
                 continue
         new.append(dumps_exact(item))  # kept as long as the state that holds it
+        objects.append(item)
     items = (*prior, *new)
     sent: dict[str, Any] = dict(body)
     sent["input"] = [orjson.Fragment(item) for item in items]
@@ -168,7 +173,7 @@ def expand(
         sent.pop("previous_response_id", None)
     else:
         sent["previous_response_id"] = keep_previous
-    return sent, items
+    return sent, items, {**sent, "input": objects}
 
 
 def unresolved(needs: Needs, resolved: Mapping[str, bytes]) -> ProxyError | None:

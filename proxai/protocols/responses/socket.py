@@ -128,6 +128,16 @@ class Conversation:
 
         ``others_resolve``: a ``previous_response_id`` the socket does not hold goes on
         as sent, for proxai's stored responses to resolve (or refuse)."""
+        return self.request(
+            frame, upstream_keeps_state=upstream_keeps_state, others_resolve=others_resolve
+        )[0]
+
+    def request(
+        self, frame: dict[str, Any], *, upstream_keeps_state: bool, others_resolve: bool = False
+    ) -> tuple[Turn, dict[str, Any]]:
+        """:meth:`turn`, and its body as Python objects (the planner's, so that the body
+        is not parsed back; apart from the :class:`Turn`, which lasts the whole response,
+        so that the objects die with the plan)."""
         previous = needs(frame).previous_id
         warm_up = _is_warm_up(frame)
         # A warm-up never reaches the upstream: its id is proxai's, never the upstream's.
@@ -150,16 +160,10 @@ class Conversation:
                 raise previous_not_found(previous)
             anchor = previous  # the upstream has it: it resolves the id itself
         fields = {k: v for k, v in frame.items() if k not in _SOCKET_FIELDS}
-        body, items = expand(fields, prior=kept, keep_previous=anchor)
-        body["stream"] = True
-        return Turn(
-            orjson.dumps(body),
-            warm_up,
-            items,
-            anchor,
-            sum(len(i) for i in items),
-            stored,
-        )
+        body, items, data = expand(fields, prior=kept, keep_previous=anchor)
+        body["stream"] = data["stream"] = True
+        turn = Turn(orjson.dumps(body), warm_up, items, anchor, sum(len(i) for i in items), stored)
+        return turn, data
 
     def keep(self, turn: Turn, record: ResponseRecord) -> None:
         """After a response: its input and output become the state, if it ended in a
