@@ -99,9 +99,10 @@ class MemoryProxy:
         on (``retries={}``: proxai's defaults). ``upstream`` adds keys to the default
         ``[upstream]``. ``socket_upstream``: where the
         ``websocket = true`` upstreams' sockets connect, in memory (it must be serving).
-        ``state``, ``compaction``, ``limits``, ``live_view``: those tables. ``transport_factory``: each upstream's
-        transport instead of the shared :class:`ScriptTransport` (a
-        :class:`~proxai.testing.stepped.SteppedUpstream`'s, played step by step).
+        ``state``, ``compaction``, ``limits``, ``live_view``: those tables.
+        ``transport_factory``: each upstream's transport instead of the shared
+        :class:`ScriptTransport` (a :class:`~proxai.testing.stepped.SteppedUpstream`'s,
+        played step by step).
         """
         self.transport = ScriptTransport(responder)
         overrides: dict[str, Any] = {
