@@ -16,8 +16,22 @@ import openai
 import trio
 
 from proxai.testing import RecordedRequest, Script, chat_chunk, sse_event
-from proxai.testing.streams import FAST_TIMEOUTS
 from proxai.upstream.client import UpstreamClient
+
+# -- real-socket deadlines -----------------------------------------------------------------
+
+#: Deadlines for real-socket tests of healthy streams: far above any pause a loaded machine
+#: makes, so no deadline can fire by accident. Timeout logic itself is tested on a virtual
+#: clock (MemoryProxy under ``autojump_clock``, tests/relay/test_deadlines.py).
+REAL_TIMEOUTS = {"first_byte": 10.0, "idle": 10.0, "tool_arguments": 10.0, "total": 60.0}
+
+
+def stall_timeouts(deadline: str, seconds: float = 0.3) -> dict[str, float]:
+    """:data:`REAL_TIMEOUTS` with the one ``deadline`` a real-socket test's stall must fire
+    short: what a real SDK makes of the error is the test, not when it comes; every other
+    deadline stays far away, so the stall is that deadline's however loaded the machine."""
+    return {**REAL_TIMEOUTS, deadline: seconds}
+
 
 # -- a Chat upstream, its streams, and the SDK clients that read them translated -----------
 
@@ -91,10 +105,11 @@ async def run(
     count: int = 1,
     **tables: Any,
 ) -> tuple[Any, Any, list[Any]]:
-    """Run ``call(proxai_url)`` in a thread; its result, the upstream and the outcomes."""
+    """Run ``call(proxai_url)`` in a thread; its result, the upstream and the outcomes
+    (deadlines :data:`REAL_TIMEOUTS` unless ``timeouts`` says otherwise)."""
     upstream = await start_upstream(scripts or [sse(TEXT_STREAM)])  # one it must not need
     tables.setdefault("upstream", CHAT_UPSTREAM)
-    tables.setdefault("timeouts", FAST_TIMEOUTS)
+    tables.setdefault("timeouts", REAL_TIMEOUTS)
     async with proxai_for(upstream, **tables) as px:
         with trio.fail_after(20):
             result = await trio.to_thread.run_sync(call, px.url)

@@ -88,6 +88,7 @@ class MemoryProxy:
         state: dict[str, Any] | None = None,
         compaction: dict[str, Any] | None = None,
         limits: dict[str, Any] | None = None,
+        live_view: dict[str, Any] | None = None,
         transport_factory: Callable[[UpstreamConfig], httpx.AsyncBaseTransport] | None = None,
         **timeouts: float,
     ) -> None:
@@ -98,9 +99,10 @@ class MemoryProxy:
         on (``retries={}``: proxai's defaults). ``upstream`` adds keys to the default
         ``[upstream]``. ``socket_upstream``: where the
         ``websocket = true`` upstreams' sockets connect, in memory (it must be serving).
-        ``state``, ``compaction``, ``limits``: those tables. ``transport_factory``: each upstream's
-        transport instead of the shared :class:`ScriptTransport` (a
-        :class:`~proxai.testing.stepped.SteppedUpstream`'s, played step by step).
+        ``state``, ``compaction``, ``limits``, ``live_view``: those tables.
+        ``transport_factory``: each upstream's transport instead of the shared
+        :class:`ScriptTransport` (a :class:`~proxai.testing.stepped.SteppedUpstream`'s,
+        played step by step).
         """
         self.transport = ScriptTransport(responder)
         overrides: dict[str, Any] = {
@@ -126,6 +128,8 @@ class MemoryProxy:
             overrides["compaction"] = compaction
         if limits:
             overrides["limits"] = limits
+        if live_view is not None:
+            overrides["live_view"] = live_view
         self.config: Config = load_config(None, overrides=overrides)
         self.outcomes: list[Outcome] = []
         self.app = ProxaiApp(
@@ -166,11 +170,13 @@ class MemoryProxy:
         headers: Sequence[tuple[bytes, bytes]] = (),
         method: str = "POST",
         body_stalls: bool = False,
+        client: tuple[str, int] | None = None,
     ) -> MemoryExchange:
         """One request; ``read_delay`` makes the client take that long to accept each
         body message (a slow reader), or the n-th message when it is a function of n;
         ``disconnect_after`` hangs up at that time; ``body_stalls`` sends half the
-        body and then nothing."""
+        body and then nothing; ``client``: the peer's address in the scope (none unless
+        given; the live view answers loopback ones only)."""
         raw = body if isinstance(body, bytes) else json.dumps(body, ensure_ascii=False).encode()
         exchange = MemoryExchange(started_at=trio.current_time())
         reported = len(self.outcomes)
@@ -210,6 +216,8 @@ class MemoryProxy:
             "query_string": query.encode(),
             "headers": [(b"content-type", b"application/json"), *headers],
         }
+        if client is not None:
+            scope["client"] = client
         async with trio.open_nursery() as nursery:
             if disconnect_after is not None:
 

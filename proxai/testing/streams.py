@@ -15,10 +15,7 @@ import orjson
 
 from ..wire.sse import SSEFrame, SSEFramer
 
-__all__ = ["FAST_TIMEOUTS", "data_frames", "made_bytes", "payloads"]
-
-#: Short deadlines for real-socket tests that must stall quickly (seconds).
-FAST_TIMEOUTS = {"first_byte": 2.0, "idle": 0.6, "tool_arguments": 0.3, "total": 30.0}
+__all__ = ["data_frames", "made_bytes", "payloads"]
 
 
 def data_frames(body: bytes, *, whole: bool = True) -> list[SSEFrame]:

@@ -14,9 +14,12 @@ import httpx
 import openai
 import pytest
 import trio
+from trio.testing import MockClock
 
 from proxai.ops import capture as capture_module
+from proxai.outcome import OutcomeKind
 from proxai.testing import RecordedRequest, Script, Stall
+from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.seed import (
     ANSWER_DELTAS,
     QUESTION,
@@ -33,6 +36,8 @@ from tests.helpers import metric
 from tests.process import serve_process
 
 TURN1 = turn_bytes(TURN1_EVENTS)
+#: A client on loopback, whom the live view answers.
+LOOPBACK = ("127.0.0.1", 50000)
 CLIENT_KEY = "sk-client-observability-0123456789"
 UPSTREAM_KEY = "sk-upstream-observability-9876543210"
 
@@ -85,7 +90,9 @@ async def test_a_full_run_logs_one_json_line_per_request_and_no_secrets(
 ) -> None:
     """The seed's two turns with the openai SDK, a stalled replay, a wrong key and a bad
     body, through a real proxai process logging JSON: the log has one line per request
-    with the record's fields, and none of the prompt, the arguments, the answer or a key."""
+    with the record's fields, and none of the prompt, the arguments, the answer or a key.
+    A real process (its own log): tool_arguments (2 s) must end the stall, never a healthy
+    turn however loaded the machine."""
     upstream = await start_upstream(stalling_seed)
     config = tmp_path / "proxai.toml"
     config.write_text(
@@ -98,7 +105,7 @@ api_key = "{UPSTREAM_KEY}"
 [auth]
 keys = ["{CLIENT_KEY}"]
 [timeouts]
-tool_arguments = 0.5
+tool_arguments = 2.0
 [logging]
 format = "json"
 warn_ms = 100000
@@ -183,21 +190,19 @@ async def test_slow_requests_are_logged_at_warning(
     assert " slow=True" in record.getMessage()
 
 
-async def test_metrics_count_what_happened(start_upstream: Any, proxai_for: Any) -> None:
-    upstream = await start_upstream(stalling_seed)
-    tables = {
-        "timeouts": {"tool_arguments": 0.3},
-        "routes": [{"model": "*", "upstreams": ["default"]}],
-    }
-    async with proxai_for(upstream, **tables) as px, httpx.AsyncClient() as client:
+async def test_metrics_count_what_happened(autojump_clock: MockClock) -> None:
+    # On a virtual clock (tool_arguments 20 s): the stall is exact, and so are the durations.
+    routes = [{"model": "*", "upstreams": ["default"]}]
+    async with MemoryProxy(stalling_seed, routes=routes) as proxy:
         for request in (
             TURN1_REQUEST,
             TURN2_REQUEST,
             {**TURN1_REQUEST, "metadata": {"stall": "1"}},
         ):
-            await client.post(px.base_url + "/responses", json=request)
-        await px.wait_for_outcomes(3)
-        text = (await client.get(px.url + "/metrics")).text
+            await proxy.request(request)
+        stalled = proxy.outcomes[-1]
+        text = (await proxy.request(b"", method="GET", path="/metrics")).body.decode()
+    assert stalled.kind is OutcomeKind.STALLED_TOOL_ARGUMENTS and stalled.total_s == 20.0
     route = "routes[0] model='*'"
     common = {"route": route, "upstream": "default", "model": "gpt-5.4"}
     assert metric(text, "proxai_requests_total", outcome="completed", **common) == 2
@@ -208,25 +213,27 @@ async def test_metrics_count_what_happened(start_upstream: Any, proxai_for: Any)
     assert metric(text, "proxai_time_to_first_byte_seconds_count", upstream="default") == 3
     assert metric(text, "proxai_time_to_first_event_seconds_count", upstream="default") == 3
     assert metric(text, "proxai_request_duration_seconds_count", upstream="default") == 3
+    # The two whole turns took no time, the stall exactly its deadline.
+    assert metric(text, "proxai_request_duration_seconds_sum", upstream="default") == 20.0
     assert metric(text, "proxai_relayed_events_total", upstream="default") > 20
     assert metric(text, "proxai_relayed_bytes_total", direction="out") > len(TURN1)
     assert metric(text, "proxai_usage_tokens_total", model="gpt-5.4", kind="output_tokens") == 45
     assert metric(text, "proxai_usage_tokens_total", model="gpt-5.4", kind="reasoning_tokens") == 10
 
 
-async def test_in_flight_and_retries(start_upstream: Any, proxai_for: Any) -> None:
+async def test_in_flight_and_retries(autojump_clock: MockClock) -> None:
+    # One upstream, revisited: by default a 503 would go to the client as it is. On a
+    # virtual clock the second attempt is surely streaming (stalled) when the metrics are read.
     error = Script.json({"error": {"message": "busy"}}, status=503)
-    upstream = await start_upstream([error, Script.sse([TURN1[:200]], then=[Stall()])])
+    scripts = [error, Script.sse([TURN1[:200]], then=[Stall()])]
     async with (
-        # One upstream, revisited: by default a 503 would go to the client as it is.
-        proxai_for(upstream, timeouts={"first_byte": 5}, retries={"max_attempts": 2}) as px,
-        httpx.AsyncClient() as client,
+        MemoryProxy(scripts, retries={"max_attempts": 2}) as proxy,
         trio.open_nursery() as nursery,
     ):
-        nursery.start_soon(partial(client.post, px.base_url + "/responses", json=TURN1_REQUEST))
-        await upstream.wait_for_requests(2)
-        await trio.sleep(0.2)
-        during = (await client.get(px.url + "/metrics")).text
+        nursery.start_soon(proxy.request, TURN1_REQUEST)
+        await trio.sleep(1)  # past the retry's backoff (0.25 s), well before idle's 30 s
+        assert len(proxy.transport.requests) == 2
+        during = (await proxy.request(b"", method="GET", path="/metrics")).body.decode()
         nursery.cancel_scope.cancel()
     assert metric(during, "proxai_in_flight_requests") == 1
     assert metric(during, "proxai_upstream_attempts_total", upstream="default", result="503") == 1
@@ -354,37 +361,34 @@ async def test_captures_are_capped_and_only_the_newest_kept(
         assert {"client.bin", "upstream.bin"} <= set(record["truncated"])
 
 
-async def test_live_view_lists_open_streams(start_upstream: Any, proxai_for: Any) -> None:
-    upstream = await start_upstream([turn1_stalled_script()])
-    tables = {"live_view": {"enabled": True}, "timeouts": {"tool_arguments": 30}}
+async def test_live_view_lists_open_streams(autojump_clock: MockClock) -> None:
+    # On a virtual clock (tool_arguments 30 s here): 3 s into a stream stalled after six
+    # events, its age and its open call's time left are exact.
     async with (
-        proxai_for(upstream, **tables) as px,
-        httpx.AsyncClient() as client,
+        MemoryProxy(
+            [turn1_stalled_script()], live_view={"enabled": True}, tool_arguments=30.0
+        ) as proxy,
         trio.open_nursery() as nursery,
     ):
-        nursery.start_soon(partial(client.post, px.base_url + "/responses", json=TURN1_REQUEST))
-        await upstream.wait_for_requests(1)
-        await trio.sleep(0.3)
-        streams = (await client.get(px.url + "/_proxai/streams")).json()["streams"]
-        page = await client.get(px.url + "/_proxai/")
-        async with client.stream("GET", px.url + "/_proxai/events") as events:
-            first = b""
-            async for chunk in events.aiter_raw():
-                first += chunk
-                if b"\n\n" in first:
-                    break
+        nursery.start_soon(proxy.request, TURN1_REQUEST)
+        await trio.sleep(3)
+        get = partial(proxy.request, b"", method="GET", client=LOOPBACK)
+        streams = (await get(path="/_proxai/streams")).json()["streams"]
+        page = await get(path="/_proxai/")
+        events = await get(path="/_proxai/events", disconnect_after=0.5)
         nursery.cancel_scope.cancel()
     (stream,) = streams
     assert stream["model"] == "gpt-5.4" and stream["upstream"] == "default"
     assert stream["stage"] == "streaming" and stream["events"] == 6
-    assert 0.2 < stream["age_s"] < 5
+    assert stream["age_s"] == 3.0
     (item,) = stream["items"]
     assert item["label"] == "function_call get_weather (call_weather_01)"
-    assert item["streams"] == "arguments" and 25 < item["deadline_left"] <= 30
+    assert item["streams"] == "arguments" and item["deadline_left"] == 27.0
     assert "北京" not in json.dumps(streams, ensure_ascii=False)  # shapes, never content
-    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
-    assert b"<script" in page.content and b"http" not in page.content.split(b"<script")[1][:0]
-    snapshot = json.loads(first.split(b"data: ", 1)[1].split(b"\n\n")[0])
+    assert page.status == 200
+    assert dict(page.headers)[b"content-type"].startswith(b"text/html")
+    assert b"<script" in page.body
+    snapshot = json.loads(events.body.split(b"data: ", 1)[1].split(b"\n\n")[0])
     assert snapshot["streams"][0]["request_id"] == stream["request_id"]
 
 

@@ -15,9 +15,10 @@ from proxai.outcome import Outcome, OutcomeKind
 from proxai.protocols.chat.observer import ChatObserver
 from proxai.testing import Close, Script, Send, Sleep, Stall, chat_chunk
 from proxai.testing.memory_proxy import MemoryProxy
-from proxai.testing.streams import FAST_TIMEOUTS, data_frames
+from proxai.testing.streams import data_frames
 from proxai.wire.sse import SSEFramer
 from tests.fixtures import CHAT_TRANSCRIPTS, Transcript, transcript_params
+from tests.helpers import REAL_TIMEOUTS, stall_timeouts
 
 openai = pytest.importorskip("openai")
 
@@ -326,8 +327,10 @@ def iterate_chat(base_url: str) -> tuple[list[Any], BaseException | None]:
 async def test_sdk_raises_api_error_on_a_stall_in_tool_arguments(
     start_upstream: Any, proxai_for: Any
 ) -> None:
+    # What the SDK makes of the stall is the test (its instant is on the virtual clock
+    # above): only tool_arguments is short, every other deadline far.
     upstream = await start_upstream([Script(steps=[Send(ROLE + b"".join(WEATHER[:2])), Stall()])])
-    async with proxai_for(upstream, timeouts=FAST_TIMEOUTS) as px:
+    async with proxai_for(upstream, timeouts=stall_timeouts("tool_arguments")) as px:
         started = trio.current_time()
         with trio.fail_after(15):
             chunks, error = await trio.to_thread.run_sync(iterate_chat, px.base_url)
@@ -354,9 +357,8 @@ async def test_sdk_reads_healthy_parallel_calls(start_upstream: Any, proxai_for:
     )
     upstream = await start_upstream([Script.sse([body], chunk_size=50)])
     # A healthy stream on real sockets: deadlines far above a loaded machine's pauses (with
-    # FAST_TIMEOUTS' 0.6 s idle, one full run in seven answered 504 before the first event).
-    timeouts = {**FAST_TIMEOUTS, "idle": 10.0, "tool_arguments": 10.0}
-    async with proxai_for(upstream, timeouts=timeouts) as px:
+    # a 0.6 s idle, one full run in seven answered 504 before the first event).
+    async with proxai_for(upstream, timeouts=REAL_TIMEOUTS) as px:
         chunks, error = await trio.to_thread.run_sync(iterate_chat, px.base_url)
         (outcome,) = await px.wait_for_outcomes(1)
     assert error is None

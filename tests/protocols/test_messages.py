@@ -13,17 +13,19 @@ from trio.testing import MockClock
 from proxai.outcome import OutcomeKind
 from proxai.testing import Close, Script, Send, Sleep, Stall
 from proxai.testing.memory_proxy import MemoryProxy
-from proxai.testing.streams import FAST_TIMEOUTS, data_frames
+from proxai.testing.streams import data_frames
 from tests.helpers import (
     ANTHROPIC_UPSTREAM,
     END,
     MESSAGE_START,
     MESSAGES,
+    REAL_TIMEOUTS,
     REQUEST,
     TEXT,
     TOOL,
     WHOLE,
     event,
+    stall_timeouts,
 )
 
 anthropic = pytest.importorskip("anthropic")
@@ -242,7 +244,15 @@ def drive(base_url: str) -> tuple[list[str], str, BaseException | None]:
     return kinds, partial, None
 
 
-async def run_sdk(start_upstream: Any, proxai_for: Any, script: Script) -> Any:
+async def run_sdk(
+    start_upstream: Any,
+    proxai_for: Any,
+    script: Script,
+    timeouts: dict[str, float] = REAL_TIMEOUTS,
+) -> Any:
+    """The anthropic SDK against a real proxai: ``timeouts`` far (a healthy stream) unless a
+    test's stall needs its one deadline short (what the SDK makes of it is the test; when
+    it fires is on the virtual clock above)."""
     upstream = await start_upstream([script])
     tables = {
         "upstreams": {
@@ -253,7 +263,7 @@ async def run_sdk(start_upstream: Any, proxai_for: Any, script: Script) -> Any:
             }
         }
     }
-    async with proxai_for(upstream, timeouts=FAST_TIMEOUTS, **tables) as px:
+    async with proxai_for(upstream, timeouts=timeouts, **tables) as px:
         started = trio.current_time()
         with trio.fail_after(15):
             result = await trio.to_thread.run_sync(drive, px.url)
@@ -277,7 +287,10 @@ async def test_sdk_reads_a_healthy_stream(start_upstream: Any, proxai_for: Any) 
 
 async def test_sdk_raises_on_a_stall_in_tool_input(start_upstream: Any, proxai_for: Any) -> None:
     _, partial, error, outcome, elapsed, _ = await run_sdk(
-        start_upstream, proxai_for, sse([MESSAGE_START, *TEXT, *TOOL[:3]], then=[Stall()])
+        start_upstream,
+        proxai_for,
+        sse([MESSAGE_START, *TEXT, *TOOL[:3]], then=[Stall()]),
+        stall_timeouts("tool_arguments"),
     )
     assert isinstance(error, anthropic.APIStatusError)
     assert "overloaded_error" in str(error)
@@ -291,7 +304,10 @@ async def test_sdk_gets_a_retryable_error_before_the_stream(
     start_upstream: Any, proxai_for: Any
 ) -> None:
     kinds, _, error, outcome, _, _ = await run_sdk(
-        start_upstream, proxai_for, Script(headers=SSE_HEADERS, steps=[Stall()])
+        start_upstream,
+        proxai_for,
+        Script(headers=SSE_HEADERS, steps=[Stall()]),
+        stall_timeouts("idle"),
     )
     assert kinds == []
     assert isinstance(error, anthropic.InternalServerError)

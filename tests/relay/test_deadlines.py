@@ -59,14 +59,20 @@ def assert_synthesized_failure(
 # --- each deadline at its exact time ----------------------------------------------------
 
 
-async def test_stall_before_headers_is_504_at_first_byte(autojump_clock: MockClock) -> None:
-    async with MemoryProxy([Script(before_head=[Stall()])]) as proxy:
-        exchange = await proxy.request(TURN1_REQUEST)
+@pytest.mark.parametrize("before_head", [[Stall()], [Sleep(50)]], ids=["stall", "late"])
+async def test_stall_before_headers_is_504_at_first_byte(
+    autojump_clock: MockClock, before_head: list[Any]
+) -> None:
+    # A silent upstream, or one whose headers would come at 50 s: 504 at first_byte's 10 s,
+    # and proxai hangs up on the upstream then.
+    async with MemoryProxy([Script(before_head=before_head)]) as proxy:
+        exchange = await proxy.request({**TURN1_REQUEST, "stream": True})
         closed_at = await proxy.transport.requests[0].wait_closed()
     assert exchange.status == 504
     assert exchange.elapsed == 10.0
     assert closed_at == exchange.ended_at
     assert exchange.json()["error"]["code"] == "upstream_timeout"
+    assert "first_byte" in exchange.json()["error"]["message"]
     assert exchange.outcome is not None and exchange.outcome.kind is OutcomeKind.STALLED_FIRST_BYTE
 
 

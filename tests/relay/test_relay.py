@@ -360,30 +360,6 @@ async def test_unreachable_upstream_is_502(proxai_for: Any) -> None:
     assert outcome.kind is OutcomeKind.UPSTREAM_UNREACHABLE
 
 
-@pytest.mark.parametrize("before_head", [[Stall()], [Sleep(5)]])
-async def test_no_headers_within_first_byte_is_504(
-    start_upstream: Any, proxai_for: Any, before_head: list[Any]
-) -> None:
-    upstream = await start_upstream([Script(before_head=before_head)])
-    async with (
-        proxai_for(upstream, timeouts={"first_byte": 0.3}) as px,
-        httpx.AsyncClient() as client,
-    ):
-        started = trio.current_time()
-        response = await client.post(
-            px.base_url + "/responses", json={"model": "m", "stream": True}
-        )
-        elapsed = trio.current_time() - started
-        (outcome,) = await px.wait_for_outcomes(1)
-        closed_at = await upstream.requests[0].wait_closed()
-    assert response.status_code == 504
-    assert response.json()["error"]["code"] == "upstream_timeout"
-    assert "first_byte" in response.json()["error"]["message"]
-    assert 0.3 <= elapsed < 2
-    assert outcome.kind is OutcomeKind.STALLED_FIRST_BYTE
-    assert closed_at - started < 2  # proxai hung up on the upstream too
-
-
 @pytest.mark.parametrize(
     ("ending", "code", "kind"),
     [
@@ -493,7 +469,10 @@ async def test_client_disconnect_closes_the_upstream_at_once(
             hung_up = trio.current_time()
         closed_at = await upstream.requests[0].wait_closed()
         (outcome,) = await px.wait_for_outcomes(1)
-    assert closed_at - hung_up < 0.1
+    # At once: on real sockets, hypercorn's news of the hang-up reaches the relay, which
+    # lets the upstream go, not at any deadline (idle's 120 s); the instant itself is exact
+    # on a virtual clock (test_client_disconnect_mid_stall_ends_everything_at_once).
+    assert closed_at - hung_up < 5
     assert outcome.kind is OutcomeKind.CLIENT_DISCONNECTED
 
 

@@ -1,7 +1,11 @@
 """What the official openai SDK sees when proxai ends a stream: an error, never a hang.
 
-Real hypercorn, real httpx, the scripted upstream on loopback and small real
-deadlines; the SDK runs in a worker thread as any synchronous client would.
+Real hypercorn, real httpx, the scripted upstream on loopback; the SDK runs in a worker
+thread as any synchronous client would. What the SDK makes of each ending is the test:
+a stall's one deadline is short (0.3 s, so the SDK meets it quickly), every other one far
+(:data:`~tests.helpers.REAL_TIMEOUTS`), so the stall is that deadline's however loaded
+the machine; when deadlines fire, exactly, is tested on a virtual clock
+(tests/relay/test_deadlines.py).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import trio
 from proxai.outcome import OutcomeKind
 from proxai.testing import Script, Send, Sleep, Stall, sse_event
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, TURN2_EVENTS, TURN2_REQUEST
-from proxai.testing.streams import FAST_TIMEOUTS
+from tests.helpers import REAL_TIMEOUTS, stall_timeouts
 
 openai = pytest.importorskip("openai")
 
@@ -32,10 +36,14 @@ def iterate(base_url: str, request: dict[str, Any]) -> tuple[list[str], BaseExce
 
 
 async def run_sdk(
-    start_upstream: Any, proxai_for: Any, script: Script, request: dict[str, Any]
+    start_upstream: Any,
+    proxai_for: Any,
+    script: Script,
+    request: dict[str, Any],
+    timeouts: dict[str, float] = REAL_TIMEOUTS,
 ) -> Any:
     upstream = await start_upstream([script])
-    async with proxai_for(upstream, timeouts=FAST_TIMEOUTS) as px:
+    async with proxai_for(upstream, timeouts=timeouts) as px:
         with trio.fail_after(15):
             seen, error = await trio.to_thread.run_sync(iterate, px.base_url, request)
             (outcome,) = await px.wait_for_outcomes(1)
@@ -46,7 +54,9 @@ async def test_stall_mid_arguments_raises_api_error_while_iterating(
     start_upstream: Any, proxai_for: Any
 ) -> None:
     script = Script.sse(TURN1_EVENTS[:6], then=[Stall()])
-    seen, error, outcome = await run_sdk(start_upstream, proxai_for, script, TURN1_REQUEST)
+    seen, error, outcome = await run_sdk(
+        start_upstream, proxai_for, script, TURN1_REQUEST, stall_timeouts("tool_arguments")
+    )
     assert seen == [e["type"] for e in TURN1_EVENTS[:6]]  # everything before the stall arrived
     assert isinstance(error, openai.APIError)
     assert not isinstance(error, openai.APIStatusError)  # raised mid-stream, not an HTTP status
@@ -61,7 +71,9 @@ async def test_stall_mid_arguments_raises_api_error_while_iterating(
 
 async def test_stall_mid_text_raises_api_error(start_upstream: Any, proxai_for: Any) -> None:
     script = Script.sse(TURN2_EVENTS[:3], then=[Stall()])
-    seen, error, outcome = await run_sdk(start_upstream, proxai_for, script, TURN2_REQUEST)
+    seen, error, outcome = await run_sdk(
+        start_upstream, proxai_for, script, TURN2_REQUEST, stall_timeouts("idle")
+    )
     assert len(seen) == 3
     assert isinstance(error, openai.APIError)
     assert "while streaming text of message msg_01" in error.message
@@ -86,7 +98,7 @@ async def test_stall_before_the_first_event_is_a_retryable_http_error(
     start_upstream: Any, proxai_for: Any
 ) -> None:
     seen, error, outcome = await run_sdk(
-        start_upstream, proxai_for, Script(steps=[Stall()]), TURN1_REQUEST
+        start_upstream, proxai_for, Script(steps=[Stall()]), TURN1_REQUEST, stall_timeouts("idle")
     )
     assert seen == []
     assert isinstance(error, openai.InternalServerError)  # 5xx: the SDK's own retries apply
@@ -96,7 +108,9 @@ async def test_stall_before_the_first_event_is_a_retryable_http_error(
 
 
 async def test_healthy_stream_is_untouched(start_upstream: Any, proxai_for: Any) -> None:
-    # a pause after the headers and gaps between events, all well under every deadline
+    # A pause after the headers and gaps between events, far under every deadline: the SDK
+    # reads a paced stream whole. That gaps just under each deadline pass is on a virtual
+    # clock (test_gaps_just_under_each_deadline_pass_untouched in test_deadlines.py).
     script = Script(steps=[Sleep(0.3), *Script.sse(TURN1_EVENTS, delay=0.1).steps])
     seen, error, outcome = await run_sdk(start_upstream, proxai_for, script, TURN1_REQUEST)
     assert error is None

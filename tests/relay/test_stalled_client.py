@@ -33,8 +33,12 @@ linux_only = pytest.mark.skipif(
 )
 
 CLIENT_WRITE = 1.0
-#: The issue's bound: the slot is free within client_write + 1 s of the client's last read.
-BOUND = CLIENT_WRITE + 1.0
+#: The issue's bound is the slot free within client_write + 1 s of the client's last read.
+#: The kernel's timer is real, and these tests count from the upstream's request (before
+#: the client's window has filled) on a machine that may be loaded: they allow 4 s more.
+#: What they show is that the kernel ends the connection at all (without TCP_USER_TIMEOUT
+#: nothing would: hypercorn's write is shielded); the instants are on a virtual clock below.
+BOUND = CLIENT_WRITE + 5.0
 #: A stream far larger than every buffer between proxai and a client that does not read.
 BIG_EVENT = sse_event({"choices": [{"index": 0, "delta": {"content": "x" * 2000}}]}, event="")
 BIG_STREAM = Script.sse([BIG_EVENT] * 2500 + [b"data: [DONE]\n\n"])  # ~5 MB

@@ -351,10 +351,16 @@ async def test_stall_mid_arguments_ends_with_error_and_failed_frames_and_the_soc
         MemoryProxy([turn1_stalled_script(), turn2_script()]) as proxy,
         open_memory_socket(proxy.app) as ws,
     ):
+        sent = trio.current_time()
         await ws.send(create(TURN1_REQUEST))
         frames = await ws.response()
+        failed_at = trio.current_time()
         assert [f["type"] for f in frames[-2:]] == ["error", "response.failed"]
         assert frames[-2]["code"] == "upstream_timeout"
+        assert failed_at - sent == 20.0  # MEMORY_TIMEOUTS tool_arguments
+        # The upstream was let go as the turn failed (tests/service/test_socket_endings.py
+        # shows it on real sockets).
+        assert proxy.transport.requests[0].closed_at == failed_at
         await ws.send(create(TURN1_REQUEST))
         assert await ws.response() == TURN2_EVENTS
     stalled = next(o for o in proxy.outcomes if o.method == "response.create")

@@ -215,8 +215,13 @@ async def test_metrics_and_the_live_view_show_sockets(start_upstream: Any, proxa
         with trio.fail_after(30):
             nursery.start_soon(trio.to_thread.run_sync, sdk_hold, px.url, opened, release)
             await trio.to_thread.run_sync(opened.wait, 20)
-            await trio.sleep(0.2)
-            live = (await http.get(px.url + "/_proxai/streams")).json()
+            # The SDK has read response.completed; proxai's end of the turn follows (no
+            # fixed wait: until the live view shows it, or the fail_after above).
+            while True:
+                live = (await http.get(px.url + "/_proxai/streams")).json()
+                if [s["in_response"] for s in live["sockets"]] == [False]:
+                    break
+                await trio.sleep(0.05)
             during = (await http.get(px.url + "/metrics")).text
             release.set()
             await px.wait_for_outcomes(2)  # the response and the upgrade's record

@@ -267,7 +267,9 @@ async def test_a_process_killed_holding_slots_gives_them_back_within_the_lease(
             await b.stop()
     assert opened == [200, 200]
     assert refused.status_code == 429  # still held, a lease after they were taken
-    assert answer.status_code == 200 and back <= lease + 0.5
+    # Within the lease of their last renewal (before the kill), with room for a loaded
+    # machine, and before the slot keys' own expiry (2 leases) could be what freed them.
+    assert answer.status_code == 200 and back <= lease + 1.5
 
 
 async def test_redis_stopped_mid_run_fails_open_and_limits_come_back_with_it(
@@ -295,7 +297,7 @@ async def test_redis_stopped_mid_run_fails_open_and_limits_come_back_with_it(
                     after.append(await post(px.url))
     assert [r.status_code for r in before] == [200, 200, 429]
     assert [r.status_code for r in away] == [200, 200, 200]  # fail open: served
-    assert waited < 1.5  # bounded by [state] timeout (0.5 s)
+    assert waited < 3  # bounded by [state] timeout (0.5 s), not a hang
     assert all("x-ratelimit-limit-requests" not in r.headers for r in away)
     for outcome in outcomes[3:]:
         assert outcome.kind is OutcomeKind.COMPLETED
@@ -374,5 +376,6 @@ async def test_a_redis_blip_while_streams_end_leaves_no_slot_taken_once_it_answe
             all_held = trio.current_time() - back
     assert opened == [200] * 5
     assert len(held) == 3, f"{3 - len(held)} slots still taken 10 s after Redis answered"
-    # Within a retry of the pending releases (1 s), not the lease (30 s).
-    assert all_held < 3
+    # Within a retry of the pending releases (1 s), not the lease (30 s); under the loop's
+    # own 10 s, so that this can fail where the count above does not.
+    assert all_held < 5

@@ -20,7 +20,6 @@ import trio
 from proxai.protocols.names import WireApi
 from proxai.testing import Script, Send
 from proxai.testing.seed import turn2_script
-from proxai.testing.streams import FAST_TIMEOUTS
 from proxai.translate.carriers import (
     CARRIER_MARK,
     carries_proxai_reasoning,
@@ -29,6 +28,7 @@ from proxai.translate.carriers import (
 from proxai.translate.ir import THINKING_SIGNATURE, wrap_reasoning
 from tests.helpers import (
     CHAT_UPSTREAM,
+    REAL_TIMEOUTS,
     TOOL_CALL_STREAM,
     WEATHER_TOOL,
     anthropic_client,
@@ -214,7 +214,7 @@ async def fail_over_turns(
         upstreams={"local": {"base_url": local.base_url, **CHAT_UPSTREAM}},
         routes=[{"model": "*", "upstreams": ["local", "default"]}],
         retries={"max_attempts": 2},
-        timeouts=FAST_TIMEOUTS,
+        timeouts=REAL_TIMEOUTS,
     ) as px:
         with trio.fail_after(20):
             result = await trio.to_thread.run_sync(two_turns, px.url)

@@ -15,14 +15,16 @@ import httpx
 import orjson
 import pytest
 import trio
+from trio.testing import MockClock
 
 from proxai.outcome import OutcomeKind
 from proxai.testing import Script, Send, Sleep, Stall
-from proxai.testing.streams import FAST_TIMEOUTS
+from proxai.testing.memory_proxy import MemoryProxy
 from tests.fixtures import FIXTURES
 from tests.helpers import (
     CHAT_COMPLETION,
     CHAT_UPSTREAM,
+    REAL_TIMEOUTS,
     TEXT_STREAM,
     TOOL_CALL_STREAM,
     WEATHER_TOOL,
@@ -34,6 +36,7 @@ from tests.helpers import (
     responses_stream,
     run,
     sse,
+    stall_timeouts,
 )
 
 openai = pytest.importorskip("openai")
@@ -164,9 +167,15 @@ async def test_reasoning_the_sdk_sends_back_as_received_reaches_the_chat_upstrea
 async def test_a_stall_mid_tool_arguments_ends_the_responses_client_with_its_error(
     start_upstream: Any, proxai_for: Any
 ) -> None:
+    # What the SDK makes of the stall is the test (its timing is on a virtual clock in
+    # tests/relay/test_deadlines.py): only tool_arguments is short.
     script = sse(TOOL_CALL_STREAM[:5], then=[Stall()])
     error, _, (outcome,) = await run(
-        start_upstream, proxai_for, [script], capture(responses_stream)
+        start_upstream,
+        proxai_for,
+        [script],
+        capture(responses_stream),
+        timeouts=stall_timeouts("tool_arguments"),
     )
     assert isinstance(error, openai.APIError) and not isinstance(error, openai.APIStatusError)
     assert "stalled" in error.message
@@ -174,26 +183,23 @@ async def test_a_stall_mid_tool_arguments_ends_the_responses_client_with_its_err
 
 
 async def test_a_client_that_hangs_up_after_its_terminal_event_completed_its_exchange(
-    start_upstream: Any, proxai_for: Any
+    autojump_clock: MockClock,
 ) -> None:
     # Codex closes its connection as soon as it reads response.completed, which proxai
-    # sends at the Chat upstream's usage chunk, before the upstream's [DONE].
-    late_done = sse(TOOL_CALL_STREAM[:-1], then=[Sleep(0.3), Send(TOOL_CALL_STREAM[-1])])
-
-    def read_until_completed(url: str) -> str | None:
-        body = {"model": "qwen3-coder", "input": "Weather in Paris?", "stream": True}
-        with (
-            httpx.Client(timeout=15) as client,
-            client.stream("POST", url + "/v1/responses", json=body) as response,
-        ):
-            for line in response.iter_lines():
-                if line.startswith("event: response.completed"):
-                    return line
-        return None
-
-    seen, _, (outcome,) = await run(start_upstream, proxai_for, [late_done], read_until_completed)
-    assert seen == "event: response.completed"
-    assert outcome.kind is OutcomeKind.COMPLETED
+    # sends at the Chat upstream's usage chunk, before the upstream's [DONE] (5 s later
+    # here). On a virtual clock the hang-up is exactly between the two (at 0.5 s): the
+    # client had its whole response, so the exchange is completed, ended by the
+    # after-terminal grace (1 s) as it would have been without the hang-up.
+    late_done = sse(TOOL_CALL_STREAM[:-1], then=[Sleep(5), Send(TOOL_CALL_STREAM[-1])])
+    body = {"model": "qwen3-coder", "input": "Weather in Paris?", "stream": True}
+    async with MemoryProxy([late_done], upstream=CHAT_UPSTREAM) as proxy:
+        exchange = await proxy.request(body, disconnect_after=0.5)
+        closed_at = await proxy.transport.requests[0].wait_closed()
+    assert exchange.events()[-1]["type"] == "response.completed"
+    assert closed_at - exchange.started_at == 1.0  # the grace, not the [DONE] at 5 s
+    outcome = exchange.outcome
+    assert outcome is not None and outcome.kind is OutcomeKind.COMPLETED
+    assert outcome.total_s == 1.0
     assert outcome.usage is not None and outcome.usage["prompt_tokens"] == 120
     assert [call.name for call in outcome.calls] == ["get_weather"]
 
@@ -370,7 +376,13 @@ async def test_a_stall_ends_the_messages_client_with_an_overloaded_error(
     start_upstream: Any, proxai_for: Any
 ) -> None:
     script = sse(TOOL_CALL_STREAM[:5], then=[Stall()])
-    error, _, (outcome,) = await run(start_upstream, proxai_for, [script], capture(messages_stream))
+    error, _, (outcome,) = await run(
+        start_upstream,
+        proxai_for,
+        [script],
+        capture(messages_stream),
+        timeouts=stall_timeouts("tool_arguments"),
+    )
     assert isinstance(error, anthropic.APIStatusError)
     assert error.body["error"]["type"] == "overloaded_error"
     assert outcome.kind is OutcomeKind.STALLED_TOOL_ARGUMENTS
@@ -410,7 +422,7 @@ async def test_a_route_fails_over_from_an_anthropic_upstream_to_a_chat_one(
         upstreams={"local": {"base_url": chat.base_url, **CHAT_UPSTREAM}},
         routes=[{"model": "claude-*", "upstreams": ["default", "local"]}],
         retries={"max_attempts": 2},
-        timeouts=FAST_TIMEOUTS,
+        timeouts=REAL_TIMEOUTS,
     ) as px:
         with trio.fail_after(20):
             final = await trio.to_thread.run_sync(ask, px.url)
@@ -539,7 +551,6 @@ async def test_a_responses_client_gets_an_anthropic_upstreams_tool_use(
 async def test_an_upstream_keep_alive_becomes_an_anthropic_ping(
     start_upstream: Any, proxai_for: Any
 ) -> None:
-    import httpx
 
     stream = [*TEXT_STREAM[:1], b": keep-alive\n\n", *TEXT_STREAM[1:]]
 
@@ -560,7 +571,6 @@ async def test_an_upstream_keep_alive_becomes_an_anthropic_ping(
 async def test_the_base_url_answers_a_probe_without_going_upstream(
     start_upstream: Any, proxai_for: Any
 ) -> None:
-    import httpx
 
     def probe(url: str) -> tuple[int, int, bytes]:
         head = httpx.head(url + "/", timeout=5)

@@ -14,6 +14,7 @@ import zlib
 from typing import Any
 
 import pytest
+from trio.testing import MockClock
 
 from proxai.config import ConfigError
 from proxai.config_file import load_config
@@ -22,7 +23,9 @@ from proxai.protocols.chat.reader import ChatReader
 from proxai.protocols.names import WireApi
 from proxai.protocols.observer import Verdict
 from proxai.testing import Reset, Script, Send, Stall
-from proxai.testing.streams import FAST_TIMEOUTS, data_frames
+from proxai.testing.memory_proxy import MemoryProxy
+from proxai.testing.stream_checks import responses_final
+from proxai.testing.streams import data_frames
 from proxai.testing.streams import made_bytes as raw
 from proxai.translate.decoders.chat import ChatDecoder
 from proxai.translate.encoders import encoder_for
@@ -46,6 +49,7 @@ from tests.helpers import (
     CHAT_UPSTREAM,
     TEXT_STREAM,
     TOOL_CALL_STREAM,
+    WEATHER_TOOL,
     anthropic_client,
     capture,
     chunk,
@@ -54,6 +58,7 @@ from tests.helpers import (
     responses_stream,
     run,
     sse,
+    stall_timeouts,
 )
 
 openai = pytest.importorskip("openai")
@@ -180,20 +185,28 @@ async def test_a_chat_stream_ending_before_its_finish_reason_or_by_a_reset_is_cu
 
 
 async def test_a_chat_stream_that_goes_silent_after_its_usage_chunk_completes_at_once(
-    start_upstream: Any, proxai_for: Any
+    autojump_clock: MockClock,
 ) -> None:
     # The client has response.completed; an upstream that then neither sends [DONE] nor
-    # hangs up gets the after-terminal grace, not the idle timeout, and the exchange is whole.
-    final, _, (outcome,) = await run(
-        start_upstream,
-        proxai_for,
-        [sse(NO_DONE, then=[Stall()])],
-        responses_stream,
-        timeouts={**FAST_TIMEOUTS, "idle": 5.0},
-    )
+    # hangs up gets the after-terminal grace (1 s), not the idle timeout (30 s), and the
+    # exchange is whole. On a virtual clock: the instants are exact.
+    body = {
+        "model": "qwen3-coder",
+        "input": "Weather in Paris?",
+        "tools": [WEATHER_TOOL],
+        "store": False,
+        "stream": True,
+    }
+    async with MemoryProxy([sse(NO_DONE, then=[Stall()])], upstream=CHAT_UPSTREAM) as proxy:
+        exchange = await proxy.request(body)
+        closed_at = await proxy.transport.requests[0].wait_closed()
+    final = responses_final(exchange.body)  # the openai SDK's accumulator, strict
     assert final.status == "completed"
-    assert outcome.kind is OutcomeKind.COMPLETED
-    assert outcome.total_s is not None and outcome.total_s < 3.0  # not idle's 5 s
+    assert [item.type for item in final.output] == ["reasoning", "message", "function_call"]
+    assert exchange.elapsed == 1.0  # the grace, not idle's 30 s
+    assert closed_at == exchange.ended_at  # the upstream let go as the client's stream ended
+    assert exchange.outcome is not None and exchange.outcome.kind is OutcomeKind.COMPLETED
+    assert exchange.outcome.total_s == 1.0
 
 
 async def test_a_reset_after_the_clients_terminal_event_leaves_its_response_whole(
@@ -255,8 +268,15 @@ async def test_a_stall_has_one_code_passed_through_translated_and_before_the_fir
 ) -> None:
     sent = KITS[prefix].prefixes["mid_text"] if stage == "mid_text" else b""
     script = Script(steps=[Send(sent), Stall()])
+    # What each client's SDK makes of the stall is the test (the deadline's logic is on a
+    # virtual clock in tests/relay/test_deadlines.py): only idle is short.
     code, _, (outcome,) = await run(
-        start_upstream, proxai_for, [script], _raise_code(client), upstream=upstream
+        start_upstream,
+        proxai_for,
+        [script],
+        _raise_code(client),
+        upstream=upstream,
+        timeouts=stall_timeouts("idle"),
     )
     assert outcome.kind is OutcomeKind.STALLED_IDLE
     assert code == "upstream_timeout"
