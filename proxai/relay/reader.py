@@ -91,7 +91,26 @@ async def read_body(
     tap: Tap | None,
     max_event_bytes: int,
 ) -> None:
-    """Send the head, every read and the end of ``response`` to the observer."""
+    """Send the head, every read and the end of ``response`` to the observer; stop at
+    once if the observer has gone (the rest of the body is left for the caller to close).
+
+    The observer closes its end when it has its verdict, and cancels this task's scope;
+    a read already on its way resumes this task all the same, and its send then finds
+    the channel closed: the end of the read, not an error of the request."""
+    try:
+        await _read_body(response, channel, clock, outcome, tap, max_event_bytes)
+    except trio.BrokenResourceError:
+        return
+
+
+async def _read_body(
+    response: UpstreamReply,
+    channel: trio.MemorySendChannel[ToObserver],
+    clock: UpstreamClock,
+    outcome: Outcome,
+    tap: Tap | None,
+    max_event_bytes: int,
+) -> None:
     send = clock.send_paused
     if tap is not None:
         tap.upstream_head(response.status, response.headers)
