@@ -19,7 +19,8 @@
 #                   normalization, request targets and heads (target.py)        (sans-io)
 #    translate/     one API's requests and streams as another's: request translators,
 #                   decoders to neutral events (ir.py) and encoders from them, the pairs
-#                   (pairs.py), proxai's reasoning carriers (carriers.py)       (sans-io)
+#                   (pairs.py), proxai's reasoning envelopes (reasoning_envelopes.py)
+#                                                                               (sans-io)
 #  6 config_file.py the TOML file in, a checked Config out: loading and checks (sans-io)
 #    upstream/      the upstream HTTP client and its two transports (the only product code
 #                   that knows httpx, httpcore and h11; testing/ plays upstreams on h11)

@@ -133,7 +133,7 @@ TABLE_MODULES = {
     "proxai/translate/decoders/__init__.py",  # each upstream API's decoder
     "proxai/translate/encoders/__init__.py",  # each client API's encoder
     "proxai/translate/requests/__init__.py",  # each pair's request translator
-    "proxai/translate/carriers.py",  # the APIs whose requests hold proxai's carriers
+    "proxai/translate/reasoning_envelopes.py",  # the APIs whose requests hold proxai's envelopes
 }
 PROTOCOL_ENUMS = ("WireApi", "UpstreamKind")
 

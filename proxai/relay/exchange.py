@@ -100,7 +100,7 @@ class UpstreamTarget:
     #: Builds the translator of its response into the client's API (``None``: the
     #: upstream speaks the client's API and the bytes pass unchanged).
     translator: TranslatorFactory | None = None
-    #: Request fields left out of ``body`` for this upstream (proxai's reasoning carriers
+    #: Request fields left out of ``body`` for this upstream (proxai's reasoning envelopes
     #: on the way to a native one), for the outcome; a translator reports its own.
     dropped: Sequence[str] = ()
 

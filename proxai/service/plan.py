@@ -43,9 +43,9 @@ from ..protocols.table import (
     upstream_kind_for,
 )
 from ..protocols.tracking import StreamLimits
-from ..translate.carriers import carries_proxai_reasoning, strip_proxai_reasoning
 from ..translate.ir import StoredAs
 from ..translate.pairs import translate, upstream_api
+from ..translate.reasoning_envelopes import carries_proxai_reasoning, strip_proxai_reasoning
 from ..wire.headers import Headers
 from ..wire.json_body import dumps_kept, load_json_object
 from ..wire.json_values import json_object_or_none
@@ -174,7 +174,7 @@ class TargetPlan:
     query: bytes | None = None
     #: Builds the translator of its answer into the client's API (``None``: native).
     translator: TranslatorFactory | None = None
-    #: Request fields left out of ``body`` (proxai's reasoning carriers).
+    #: Request fields left out of ``body`` (proxai's reasoning envelopes).
     dropped: Sequence[str] = ()
 
 
@@ -352,21 +352,21 @@ def _body_for(
     upstream_model: str | None,
 ) -> tuple[bytes, list[str]]:
     """The body one upstream gets: the client's bytes unless a rewrite applies; and the
-    request fields dropped on the way (proxai's own reasoning carriers)."""
+    request fields dropped on the way (proxai's own reasoning envelopes)."""
     passes = upstream.normalize
     instructions = api is not None and api.has_instructions
     wire = api.wire if api is not None else None
-    carriers = carries_proxai_reasoning(body, wire)
+    envelopes = carries_proxai_reasoning(body, wire)
     if data is None or (
         upstream_model is None
-        and not carriers
+        and not envelopes
         and not (instructions and passes.system_to_instructions)
     ):
         return body, []
     # A shallow copy: each upstream's rewrites are its own, and every rewrite replaces
     # top-level fields (it never edits the lists or objects they hold).
     data = dict(data)
-    dropped = strip_proxai_reasoning(data, wire) if carriers else []
+    dropped = strip_proxai_reasoning(data, wire) if envelopes else []
     sent = normalize_body(
         body,
         data,
