@@ -30,11 +30,12 @@ SANS_IO_MODULES = [
     "proxai.relay.ending",
     "proxai.relay.messages",
     "proxai.service.plan",
-    "proxai.state",  # all but proxai.state.redis, which only open_store's redis backend loads
+    # all but proxai.state.redis and .redis_limits, which only the redis row's open loads
+    "proxai.state",
     "proxai.state.records",
     "proxai.state.memory",
     "proxai.state.store",
-    "proxai.state.limiter",
+    "proxai.state.backends",
 ]
 IO_LIBRARIES = ("trio", "hypercorn", "httpx", "httpcore", "anyio")
 
@@ -69,8 +70,8 @@ LAYERS: list[set[str]] = [
     {"wire"},
     {"protocols"},
     {"policy", "translate"},
-    {"config_file", "upstream", "ops", "state"},
-    {"relay"},
+    {"upstream", "ops", "state"},
+    {"config_file", "relay"},  # config_file reads the state backends' rows
     {"service"},
     {"testing"},
     {"demo"},

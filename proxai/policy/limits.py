@@ -16,9 +16,13 @@ Each key has up to three limits, and the fleet one more:
   release the backend did not answer is kept (:class:`PendingReleases`) and sent again
   until it does, so a backend away for a moment does not keep slots for a lease.
 
-:class:`LimitsState` is the in-process backend; the Redis one runs the same
-arithmetic in one Lua script per decision (:mod:`proxai.state.redis_limits`), and both
-answer a :class:`Decision`, which :func:`ratelimit_headers` turns into OpenAI's
+:class:`Limiter` is what the request path asks of a backend (one call per decision: one
+round trip on admission, one at the end, and a batched lease renewal now and then).
+:class:`LimitsState` is the in-process arithmetic, :class:`MemoryLimiter` it as a
+:class:`Limiter`; the Redis one runs the same arithmetic in one Lua script per decision
+(:mod:`proxai.state.redis_limits`), and each ``[state]`` backend's row
+(:mod:`proxai.state.backends`) builds its limiter on its own connection. All answer a
+:class:`Decision`, which :func:`ratelimit_headers` turns into OpenAI's
 ``x-ratelimit-*`` headers. Keys are known by their digest (:func:`proxai.policy.auth.tenant_of`),
 and named in metrics by their configured ``name`` or a digest prefix: never the key.
 """
@@ -29,8 +33,8 @@ import bisect
 import enum
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 import attrs
 
@@ -40,11 +44,14 @@ from .auth import HASH_PREFIX, UNAUTHENTICATED_TENANT, ClientKeys, entry_digest
 __all__ = [
     "WINDOW",
     "Decision",
+    "Held",
     "KeyRule",
     "KeyUse",
     "Limit",
     "LimitRules",
+    "Limiter",
     "LimitsState",
+    "MemoryLimiter",
     "PendingReleases",
     "Release",
     "WindowView",
@@ -543,3 +550,67 @@ class PendingReleases:
                 del self._by_slot[release.slot]
             else:
                 pending.release = attrs.evolve(pending.release, tokens=0)
+
+
+# -- what the request path asks of a backend ---------------------------------------------
+
+#: A slot this process holds: (tenant, slot id, the tenant's rule).
+Held = tuple[str, str, KeyRule]
+
+
+class Limiter(Protocol):
+    """Admission and release for ``[limits]``, on a ``[state]`` backend. Every async
+    method may raise :class:`~proxai.state.store.StateUnavailable` (never after more
+    than ``[state] timeout``)."""
+
+    #: Whether the windows are shared by every process (exact across a fleet).
+    shared: bool
+
+    async def admit(self, tenant: str, rule: KeyRule, slot: str, fleet: int) -> Decision:
+        """Admit a request (holding its slots) or say which limit refuses it."""
+        ...
+
+    async def finish(self, tenant: str, rule: KeyRule, slot: str, tokens: int) -> None:
+        """The request ended: free its slots and charge its tokens."""
+        ...
+
+    async def release(self, releases: Sequence[Release]) -> None:
+        """Free the slots of requests that ended earlier and charge their tokens, dated
+        when they ended (all in one call: releases an earlier call could not make)."""
+        ...
+
+    async def renew(self, held: Sequence[Held]) -> None:
+        """Extend the leases of the slots this process holds (all in one call)."""
+        ...
+
+    def use(self) -> list[KeyUse]:
+        """Each key's use as this process knows it (the live view)."""
+        ...
+
+
+class MemoryLimiter:
+    """:class:`LimitsState` as a :class:`Limiter` (the memory backend's, per process);
+    ``clock`` is monotonic seconds."""
+
+    shared = False
+
+    def __init__(self, *, lease: float, clock: Callable[[], float]) -> None:
+        self.state = LimitsState(lease=lease)
+        self._clock = clock
+
+    async def admit(self, tenant: str, rule: KeyRule, slot: str, fleet: int) -> Decision:
+        return self.state.admit(tenant, rule, slot, fleet, self._clock())
+
+    async def finish(self, tenant: str, rule: KeyRule, slot: str, tokens: int) -> None:
+        self.state.finish(tenant, rule, slot, tokens, self._clock())
+
+    async def release(self, releases: Sequence[Release]) -> None:
+        now = self._clock()
+        for r in releases:
+            self.state.finish(r.tenant, r.rule, r.slot, r.tokens, now, r.age)
+
+    async def renew(self, held: Sequence[Held]) -> None:
+        self.state.renew(((tenant, slot) for tenant, slot, _ in held), self._clock())
+
+    def use(self) -> list[KeyUse]:
+        return self.state.use(self._clock())

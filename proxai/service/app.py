@@ -39,7 +39,7 @@ from ..protocols.table import SOCKET_API, UPSTREAM_PROTOCOLS
 from ..relay.exchange import Exchange, ProxiedRequest, UpstreamTarget
 from ..relay.relay import Relay
 from ..relay.writer import Downstream, error_response, send_error
-from ..state import RecordTooLarge, StateStore, StateUnavailable, open_store
+from ..state import Backend, RecordTooLarge, StateStore, StateUnavailable, open_backend
 from ..upstream.client import Upstream, UpstreamClient
 from ..upstream.websocket import StreamOpener, UpstreamSocket
 from ..wire.headers import Headers
@@ -163,13 +163,13 @@ class ProxaiApp:
     async def startup(self, nursery: trio.Nursery) -> None:
         """Open a connection pool per upstream, and the state store in a task of
         ``nursery`` (the lifespan's), where it stays until :meth:`shutdown`."""
-        store: StateStore = await nursery.start(self._hold_store)
+        backend: Backend = await nursery.start(self._hold_store)
         self._conversations = Conversations(
-            store,
+            backend.store,
             max_record_bytes=self.config.server.websocket_max_state_bytes,
             isolation=self._isolation(),
         )
-        self._limits.open(store)
+        self._limits.open(backend)
         self._clients = {
             name: self._upstream_factory(upstream, self.config.timeouts_for(name), name=name)
             for name, upstream in self.config.all_upstreams()
@@ -205,11 +205,11 @@ class ProxaiApp:
             return None
         return Isolation(forward_unknown=self.config.state.forward_unknown_upstream_ids)
 
-    async def _hold_store(self, *, task_status: trio.TaskStatus[StateStore]) -> None:
+    async def _hold_store(self, *, task_status: trio.TaskStatus[Backend]) -> None:
         self._holding_store = trio.CancelScope()
         with self._holding_store:
-            async with open_store(self.config.state) as store:
-                task_status.started(store)
+            async with open_backend(self.config.state) as backend:
+                task_status.started(backend)
                 await trio.sleep_forever()
 
     def begin_drain(self) -> None:

@@ -35,9 +35,11 @@ from ..policy.auth import ClientKeys
 from ..policy.limits import (
     RELEASE_RETRY,
     Decision,
+    Held,
     KeyRule,
     KeyUse,
     Limit,
+    Limiter,
     LimitRules,
     PendingReleases,
     Release,
@@ -47,8 +49,7 @@ from ..policy.limits import (
     reset_text,
     retry_after_headers,
 )
-from ..state import StateStore, StateUnavailable
-from ..state.limiter import Held, Limiter, limiter_for
+from ..state import Backend, StateUnavailable
 
 __all__ = ["Admission", "KeyLimits"]
 
@@ -101,12 +102,11 @@ class KeyLimits:
     def enabled(self) -> bool:
         return self._rules is not None
 
-    def open(self, store: StateStore) -> None:
-        """Start on the ``[state]`` store (at startup)."""
+    def open(self, backend: Backend) -> None:
+        """Start on the open ``[state]`` backend (at startup): its limiter shares the
+        store's connection."""
         if self._rules is not None:
-            self._limiter = limiter_for(
-                self._config.limits, self._config.state, store, clock=trio.current_time
-            )
+            self._limiter = backend.limiter(self._lease, trio.current_time)
 
     async def close(self) -> None:
         """Stop (at shutdown): the pending releases get one last try (bounded by

@@ -15,7 +15,7 @@ import trio
 from trio.testing import MockClock
 
 from proxai.outcome import UPSTREAM_CUT_SHORT, OutcomeKind
-from proxai.state.limiter import MemoryLimiter
+from proxai.policy.limits import MemoryLimiter
 from proxai.testing import Script
 from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.memory_socket import open_memory_socket
