@@ -359,7 +359,7 @@ class RequestTrace:
             if outcome.events > 1 and outcome.total_s is not None:
                 gap = (outcome.total_s - first) / (outcome.events - 1)
                 instruments.time_per_output_chunk.record(max(gap, 0.0), plain)
-        tokens = usage_attributes(outcome.usage)
+        tokens = usage_attributes(outcome.tokens)
         if tokens:
             instruments.add_tokens(tokens, plain)
 

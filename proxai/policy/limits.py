@@ -34,7 +34,7 @@ import enum
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import attrs
 
@@ -55,7 +55,6 @@ __all__ = [
     "PendingReleases",
     "Release",
     "WindowView",
-    "charged_tokens",
     "estimated_tokens",
     "ratelimit_headers",
     "reset_text",
@@ -278,32 +277,6 @@ def ratelimit_headers(decision: Decision) -> list[tuple[bytes, bytes]]:
 
 
 # -- tokens ----------------------------------------------------------------------------
-
-_INPUT = ("input_tokens", "prompt_tokens")
-_OUTPUT = ("output_tokens", "completion_tokens")
-#: Anthropic's input tokens read from or written to its cache, outside ``input_tokens``.
-_CACHED_INPUT = ("cache_creation_input_tokens", "cache_read_input_tokens")
-
-
-def _count(usage: Mapping[str, Any], name: str) -> int | None:
-    value = usage.get(name)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return None
-
-
-def charged_tokens(usage: Mapping[str, Any] | None) -> int | None:
-    """Input plus output tokens of a usage object, in any of the three APIs' shapes
-    (``total_tokens`` where it is given); ``None`` when it names none."""
-    if not isinstance(usage, dict):
-        return None
-    total = _count(usage, "total_tokens")
-    if total is not None:
-        return total
-    found = [_count(usage, name) for name in (*_INPUT, *_OUTPUT, *_CACHED_INPUT)]
-    counts = [n for n in found if n is not None]
-    return sum(counts) if counts else None
-
 
 #: Bytes of a request body taken for one token when a response reports no usage.
 BYTES_PER_TOKEN = 4

@@ -15,21 +15,25 @@ Everything else looks protocols up here; adding an API is adding a row.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import attrs
 
 from ..config import TimeoutsConfig, UpstreamKind
 from ..errors import ErrorShape
+from ..outcome import Usage
 from .chat.observer import ChatObserver
+from .chat.reader import chat_usage
 from .chat.request import project_chat
 from .messages.count_tokens import count_tokens_body
 from .messages.observer import MessagesObserver
+from .messages.reader import messages_usage
 from .messages.request import project_messages
 from .names import WireApi
 from .observer import StreamObserver
 from .responses.observer import ResponsesObserver
+from .responses.reader import responses_usage
 from .responses.request import project_responses
 from .tracking import StreamLimits
 
@@ -52,6 +56,7 @@ __all__ = [
     "PathPattern",
     "Projection",
     "UpstreamProtocol",
+    "UsageReader",
     "WireApi",
     "api_for",
     "local_answer_for",
@@ -76,6 +81,10 @@ class Projection(Protocol):
 #: request (``None`` for a stream proxai did not see the request of, such as a resumed
 #: one) and what one stream may hold.
 ObserverBuilder = Callable[[TimeoutsConfig, Projection | None, StreamLimits], StreamObserver]
+
+
+#: An API's usage object in proxai's one shape (its reader's ``usage_of``).
+UsageReader = Callable[[Mapping[str, Any]], Usage]
 
 
 @attrs.frozen
@@ -171,6 +180,8 @@ class Api:
     observer: ObserverBuilder
     #: The upstream protocol that speaks it.
     upstream: UpstreamKind
+    #: Its usage object (a stream's, a whole answer's) in proxai's one shape.
+    usage: UsageReader
     #: GET paths under this prefix stream this API's events (a resumed response).
     resumes_under: str | None = None
     #: Whether its bodies have the ``instructions`` that ``normalize`` passes edit.
@@ -222,6 +233,9 @@ class UpstreamProtocol:
     #: Its ``gen_ai.provider.name`` in traces and GenAI metrics: the provider whose API
     #: it speaks (a vLLM behind ``openai_chat`` speaks OpenAI's).
     genai_provider: str = "openai"
+    #: The usage of a whole answer on a path of no API (``/v1/embeddings``), in
+    #: proxai's one shape: its provider's other endpoints report it so.
+    usage: UsageReader = chat_usage
 
     def credential(self, key: str) -> tuple[bytes, bytes]:
         """The header carrying ``key`` to this upstream."""
@@ -246,6 +260,7 @@ APIS: tuple[Api, ...] = (
         project_responses,
         _responses_observer,
         UpstreamKind.OPENAI,
+        responses_usage,
         resumes_under="/v1/responses/",
         has_instructions=True,
         socket=True,
@@ -260,6 +275,7 @@ APIS: tuple[Api, ...] = (
         project_chat,
         lambda timeouts, request, limits: ChatObserver(timeouts, limits),
         UpstreamKind.OPENAI,
+        chat_usage,
     ),
     Api(
         WireApi.MESSAGES,
@@ -269,6 +285,7 @@ APIS: tuple[Api, ...] = (
         project_messages,
         lambda timeouts, request, limits: MessagesObserver(timeouts, limits),
         UpstreamKind.ANTHROPIC_MESSAGES,
+        messages_usage,
         local_answers=(
             LocalAnswer(
                 "/v1/messages/count_tokens", count_tokens_body, "count_tokens estimated by proxai"
@@ -327,6 +344,7 @@ UPSTREAM_PROTOCOLS: dict[UpstreamKind, UpstreamProtocol] = {
         translate_to=WireApi.MESSAGES,
         marked_by=b"anthropic-version",
         genai_provider="anthropic",
+        usage=messages_usage,
     ),
 }
 API_BY_WIRE = {api.wire: api for api in APIS}

@@ -727,6 +727,7 @@ class ProxaiApp:
                 query=target.query,
                 translator=target.translator,
                 dropped=target.dropped,
+                usage=target.usage,
             )
         request = ProxiedRequest(
             incoming.method,

@@ -43,7 +43,6 @@ from ..policy.limits import (
     LimitRules,
     PendingReleases,
     Release,
-    charged_tokens,
     estimated_tokens,
     ratelimit_headers,
     reset_text,
@@ -269,7 +268,7 @@ class KeyLimits:
     def _tokens(outcome: Outcome) -> int:
         """What the upstream reported, or, for a response cut before its usage, an
         estimate from the bytes (nothing for a request no upstream answered well)."""
-        reported = charged_tokens(outcome.usage)
+        reported = outcome.tokens.charged if outcome.tokens is not None else None
         if reported is not None:
             return reported
         if outcome.status is None or not 200 <= outcome.status < 300 or not outcome.bytes_in:

@@ -38,6 +38,7 @@ from ..protocols.table import (
     Api,
     ClientSdk,
     LocalAnswer,
+    UsageReader,
     api_for,
     local_answer_for,
     upstream_kind_for,
@@ -176,6 +177,8 @@ class TargetPlan:
     translator: TranslatorFactory | None = None
     #: Request fields left out of ``body`` (proxai's reasoning envelopes).
     dropped: Sequence[str] = ()
+    #: Reads a whole answer's usage (the answer's API's row says how).
+    usage: UsageReader | None = None
 
 
 @attrs.frozen
@@ -294,7 +297,8 @@ class Planner:
             if data is not None and api is not None and api.compact_path is not None:
                 data, body = self._own_compactions(data, body)
             sent, dropped = _body_for(upstream, body, api, data, route.upstream_model)
-            return TargetPlan(sent, prepared.observer_factory, dropped=dropped)
+            usage = api.usage if api is not None else UPSTREAM_PROTOCOLS[upstream.protocol].usage
+            return TargetPlan(sent, prepared.observer_factory, dropped=dropped, usage=usage)
         if route.upstream_model is not None:
             data = {**data, "model": route.upstream_model}
         compaction = None
@@ -329,6 +333,7 @@ class Planner:
             raw_path=target.path.format(model=data.get("model") or "").encode(),
             query=b"",
             translator=translated.translator(),
+            usage=target.usage,
         )
 
     def _own_compactions(self, data: dict[str, Any], body: bytes) -> tuple[dict[str, Any], bytes]:

@@ -354,6 +354,12 @@ async def test_every_api_streamed_or_whole_translated_or_not_charges_the_upstrea
     assert first.outcome is not None
     assert (first.outcome.translation is None) == (client == upstream_api)
     assert first.outcome.charged_tokens == TOKENS_IN + TOKENS_OUT, first.outcome.warnings
+    # Read into one shape by the upstream API's reader, whichever API that is.
+    tokens = first.outcome.tokens
+    assert tokens is not None and (tokens.input_tokens, tokens.output_tokens) == (
+        TOKENS_IN,
+        TOKENS_OUT,
+    )
     assert not any("estimated from the bytes" in w for w in first.outcome.warnings)
     # The limiter was charged it: the next request sees 400 of the 1000 used.
     assert header(second, b"x-ratelimit-remaining-tokens") == "600"
