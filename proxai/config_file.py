@@ -145,6 +145,11 @@ _RENAMED = {
         "retries.budget_min_per_second: retries a second (default 10, Finagle's floor); "
         "for the old budget_min = N write budget_min_per_second = N / budget_window"
     ),
+    ("limits", "max_concurrent_streams"): (
+        "limits.max_concurrent_streams (every key's requests together, across the fleet) "
+        "is now limits.fleet_max_concurrent_streams; a key's own limit stays "
+        "max_concurrent_streams in its [[limits.keys]] entry"
+    ),
 }
 
 

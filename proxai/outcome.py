@@ -98,7 +98,9 @@ class OutcomeKind(enum.StrEnum):
     CLIENT_STALLED = "client_stalled"  # stopped reading for timeouts.client_write
     REQUEST_BODY_TIMEOUT = "request_body_timeout"  # body not received within timeouts.request_body
     UNAUTHORIZED = "unauthorized"  # no valid client key ([auth])
-    OVERLOADED = "overloaded"  # refused: server.max_concurrent_streams in flight
+    #: Refused: ``server.max_concurrent_streams`` in flight in this process, or
+    #: ``[limits] fleet_max_concurrent_streams`` across the fleet.
+    OVERLOADED = "overloaded"
     SHUTDOWN = "shutdown"  # proxai was shutting down (ended after server.drain_timeout)
     #: Translating the upstream's response failed (a proxai defect, contained): the client
     #: got its API's error.
@@ -285,7 +287,7 @@ class Outcome:
     #: key), when limits apply to it.
     limit_key: str | None = None
     #: The limit that refused the request (``requests_per_minute``, ``tokens_per_minute``,
-    #: ``max_concurrent_streams``, ``fleet_max_concurrent_streams``), if one did.
+    #: ``max_concurrent_streams`` (the key's), ``fleet_max_concurrent_streams``), if one did.
     limited: str | None = None
     #: Tokens charged to the key's ``tokens_per_minute`` window at the request's end.
     charged_tokens: int | None = None

@@ -84,7 +84,7 @@ class Limit(enum.StrEnum):
     REQUESTS = "requests_per_minute"
     TOKENS = "tokens_per_minute"
     STREAMS = "max_concurrent_streams"  # the key's
-    FLEET_STREAMS = "fleet_max_concurrent_streams"  # [limits] max_concurrent_streams
+    FLEET_STREAMS = "fleet_max_concurrent_streams"  # [limits] fleet_max_concurrent_streams
 
 
 @attrs.frozen
@@ -144,7 +144,7 @@ class LimitRules:
                 continue
             tenant = entry_digest(entry.key).hex()
             by_tenant[tenant] = KeyRule.of(entry, label_of(tenant))
-        return cls(by_tenant, default, limits.max_concurrent_streams)
+        return cls(by_tenant, default, limits.fleet_max_concurrent_streams)
 
     def rule_for(self, tenant: str) -> KeyRule | None:
         """The limits of ``tenant`` (``None``: none, and no fleet limit either)."""
@@ -329,7 +329,7 @@ class LimitsState:
 
     def admit(self, tenant: str, rule: KeyRule, slot: str, fleet: int, now: float) -> Decision:
         """Admit a request of ``tenant`` (``slot``: its unique id) or say which limit
-        refuses it; ``fleet`` is ``[limits] max_concurrent_streams`` (0: none)."""
+        refuses it; ``fleet`` is ``[limits] fleet_max_concurrent_streams`` (0: none)."""
         key = self._keys.get(tenant)
         if key is None:
             key = self._keys[tenant] = _KeyState()

@@ -83,7 +83,7 @@ class KeyLimits:
     ) -> None:
         self._config = config
         self._rules = LimitRules.from_config(config.limits, keys)
-        self._fleet = config.limits.max_concurrent_streams
+        self._fleet = config.limits.fleet_max_concurrent_streams
         self._fail_closed = config.limits.fail_closed
         self._lease = config.limits.slot_lease
         self._limiter: Limiter | None = None
@@ -290,7 +290,7 @@ def _refusal(
         return ProxyError(
             503,
             f"proxai is at its fleet's limit of {fleet} concurrent requests "
-            f"([limits] max_concurrent_streams); retry in {wait}",
+            f"([limits] fleet_max_concurrent_streams); retry in {wait}",
             "server_error",
             code="proxy_overloaded",
             headers=all_headers,

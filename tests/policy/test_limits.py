@@ -317,7 +317,7 @@ def digest(key: str) -> str:
 
 def test_rules_by_plain_key_digest_and_star_each_key_its_own_window() -> None:
     limits = LimitsConfig(
-        max_concurrent_streams=5,
+        fleet_max_concurrent_streams=5,
         keys=[
             KeyLimitsConfig(key="sk-alpha", name="alpha", requests_per_minute=10),
             KeyLimitsConfig(key="sha256:" + digest("sk-beta"), tokens_per_minute=100),

@@ -61,7 +61,7 @@ def completed(tokens_in: int = 30, tokens_out: int = 20) -> Script:
 
 def limits(**entry: Any) -> dict[str, Any]:
     fleet = entry.pop("fleet", 0)
-    return {"max_concurrent_streams": fleet, "keys": [{"key": "sk-alpha", **entry}]}
+    return {"fleet_max_concurrent_streams": fleet, "keys": [{"key": "sk-alpha", **entry}]}
 
 
 def header(exchange: Any, name: bytes) -> str | None:
@@ -247,7 +247,7 @@ async def test_key_streams_over_the_limit_get_429_and_come_back_on_every_ending(
 
 async def test_the_fleets_streams_over_its_limit_get_503(autojump_clock: MockClock) -> None:
     stalled = Script(steps=(Send(sse_event({"type": "response.created"})), Stall()))
-    async with MemoryProxy([stalled] * 3, limits={"max_concurrent_streams": 1}) as proxy:
+    async with MemoryProxy([stalled] * 3, limits={"fleet_max_concurrent_streams": 1}) as proxy:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(lambda: proxy.request(TURN1_REQUEST, disconnect_after=5))
             await trio.sleep(1)
@@ -257,7 +257,7 @@ async def test_the_fleets_streams_over_its_limit_get_503(autojump_clock: MockClo
     assert refused.status == 503
     error = refused.json()["error"]
     assert (error["type"], error["code"]) == ("server_error", "proxy_overloaded")
-    assert "[limits] max_concurrent_streams" in error["message"]
+    assert "[limits] fleet_max_concurrent_streams" in error["message"]
     assert header(refused, b"retry-after") == "1"
     assert refused.outcome is not None
     assert refused.outcome.kind is OutcomeKind.OVERLOADED

@@ -226,7 +226,7 @@ async def test_key_limits_send_what_redis_did_not_answer_once_it_answers() -> No
         overrides = {
             "upstream": {"base_url": "http://upstream.test/v1"},
             "state": {"backend": "redis", "url": redis.url, "timeout": 0.3},
-            "limits": {"max_concurrent_streams": 2, "slot_lease": 30.0},
+            "limits": {"fleet_max_concurrent_streams": 2, "slot_lease": 30.0},
         }
         config = load_config(None, overrides=overrides)
         limits = KeyLimits(config, None)
