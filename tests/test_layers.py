@@ -195,3 +195,34 @@ def test_no_module_outside_the_table_spells_an_api_path() -> None:
         if module not in PATH_MODULES and not module.startswith("proxai/testing/"):
             named += _paths_named(path)
     assert named == [], "read API paths from a row of protocols/table.py"
+
+
+#: The modules of the Responses API's own features (storing, compaction, sockets): the
+#: table's rows hold them (``Api.storing``, ``.compaction``, ``.sockets``; ``STORING``,
+#: ``SOCKETS``), and code that runs requests reaches them there, never by the module.
+FEATURE_MODULES = tuple(
+    f"proxai.protocols.responses.{name}"
+    for name in ("compaction", "history", "record", "socket", "socket_frames")
+)
+#: Where a feature's module may be imported besides protocols/: the halves of a feature
+#: that are the API's own code (a translation's compaction answer, the upstream socket).
+FEATURE_IMPORTERS = {
+    "proxai/translate/pairs.py",  # the compaction a translated upstream answers
+    "proxai/translate/encoders/compaction.py",
+    "proxai/upstream/websocket.py",  # the Responses WebSocket's upstream half
+}
+
+
+def test_no_module_outside_the_table_imports_an_api_s_feature() -> None:
+    """Issue 37: a feature of one API (storing, compaction, sockets) is reached through
+    its row, so service code names no API's module (and a fourth API with a feature of
+    its own gives its row one)."""
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        module = str(path.relative_to(ROOT.parent))
+        if module.startswith("proxai/protocols/") or module in FEATURE_IMPORTERS:
+            continue
+        for line, imported in _imports(path):
+            if imported.startswith(FEATURE_MODULES):
+                found.append(f"{module}:{line} imports {imported}")
+    assert found == [], "reach the feature through its row in protocols/table.py"

@@ -34,8 +34,7 @@ from ..policy.browser import BrowserPolicy, BrowserRequest, Verdict, is_loopback
 from ..policy.retry import RetryBudget, RetryPlan
 from ..policy.target import check_head_size, check_path, check_target
 from ..policy.upstream_ids import Isolation
-from ..protocols.responses.record import ResponseRecord
-from ..protocols.table import SOCKET_API, UPSTREAM_PROTOCOLS
+from ..protocols.table import SOCKET_API, UPSTREAM_PROTOCOLS, ResponseRecord
 from ..relay.exchange import Exchange, ProxiedRequest, UpstreamTarget
 from ..relay.relay import Relay
 from ..relay.writer import Downstream, error_response, send_error

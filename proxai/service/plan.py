@@ -25,18 +25,13 @@ from ..config import Config, UpstreamConfig, UpstreamKind
 from ..policy.normalize import normalize_body
 from ..policy.routes import Route, Router
 from ..protocols.observer import ObserverFactory, pass_through
-from ..protocols.responses.compaction import (
-    ENVELOPE_MARK,
-    CompactionForm,
-    compaction_form,
-    expand_compactions,
-    summarizing_request,
-)
 from ..protocols.table import (
     API_BY_WIRE,
     UPSTREAM_PROTOCOLS,
     Api,
     ClientSdk,
+    Compaction,
+    CompactionForm,
     LocalAnswer,
     UsageReader,
     api_for,
@@ -248,8 +243,9 @@ class Planner:
         data = load_json_object(body)
         projection = api.project(data)
         compaction = None
-        if api.compact_path is not None:
-            compaction = compaction_form(data, endpoint=incoming.route_path == api.compact_path)
+        if api.compaction is not None:
+            endpoint = incoming.route_path == api.compaction.path
+            compaction = api.compaction.form(data, endpoint=endpoint)
         return Prepared(
             data,
             # A path that holds the model names it (the body then does not).
@@ -294,20 +290,20 @@ class Planner:
         wire = upstream_api(upstream.protocol, api.wire) if api is not None else None
         data = prepared.data
         if api is None or wire is None or wire is api.wire or data is None:
-            if data is not None and api is not None and api.compact_path is not None:
-                data, body = self._own_compactions(data, body)
+            if data is not None and api is not None and api.compaction is not None:
+                data, body = self._own_compactions(api.compaction, data, body)
             sent, dropped = _body_for(upstream, body, api, data, route.upstream_model)
             usage = api.usage if api is not None else UPSTREAM_PROTOCOLS[upstream.protocol].usage
             return TargetPlan(sent, prepared.observer_factory, dropped=dropped, usage=usage)
         if route.upstream_model is not None:
             data = {**data, "model": route.upstream_model}
         compaction = None
-        if api.compact_path is not None:
+        if api.compaction is not None:
             # An upstream reached through a translation compacts nothing: proxai asks it
             # for a summary, and reads back the compactions it made from one.
             options = self._compaction
             if prepared.compaction is not None:
-                data, compaction = summarizing_request(
+                data, compaction = api.compaction.summarizing_request(
                     data,
                     prepared.compaction,
                     prompt=options.prompt,
@@ -316,7 +312,7 @@ class Planner:
                 stored = None
             elif b'"compaction' in body:
                 data = (
-                    expand_compactions(
+                    api.compaction.expand(
                         data, summary_prefix=options.summary_prefix, upstream_compacts=False
                     )
                     or data
@@ -336,12 +332,14 @@ class Planner:
             usage=target.usage,
         )
 
-    def _own_compactions(self, data: dict[str, Any], body: bytes) -> tuple[dict[str, Any], bytes]:
+    def _own_compactions(
+        self, feature: Compaction, data: dict[str, Any], body: bytes
+    ) -> tuple[dict[str, Any], bytes]:
         """A request for an upstream that takes it natively, with proxai's own compaction
         items as their summaries (only proxai reads them; the upstream's own stay)."""
-        if ENVELOPE_MARK not in body:
+        if feature.mark not in body:
             return data, body
-        expanded = expand_compactions(
+        expanded = feature.expand(
             data, summary_prefix=self._compaction.summary_prefix, upstream_compacts=True
         )
         if expanded is None:

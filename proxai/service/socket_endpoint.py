@@ -29,15 +29,14 @@ import trio
 from ..config import UpstreamConfig
 from ..errors import ProxyError
 from ..outcome import Outcome, OutcomeKind
-from ..protocols.responses.record import ResponseRecord
-from ..protocols.responses.socket import (
+from ..protocols.table import (
+    SOCKET_API,
+    SOCKETS,
+    UPSTREAM_PROTOCOLS,
     Conversation,
-    error_frame,
-    new_response_id,
-    read_frame,
-    warm_up_events,
+    ResponseRecord,
+    api_for,
 )
-from ..protocols.table import SOCKET_API, UPSTREAM_PROTOCOLS, api_for
 from ..upstream.websocket import UpstreamSocket
 from .asgi_io import ASGIReceive, ASGISend
 from .plan import Incoming
@@ -146,7 +145,7 @@ class SocketEndpoint:
             # handshake's own (its key, version and extensions belong to this socket).
             [(n, v) for n, v in incoming.headers if not n.startswith(b"sec-websocket-")],
             SocketStats(opened_at=started),
-            Conversation(server.websocket_max_state_bytes),
+            SOCKETS.conversation(server.websocket_max_state_bytes),
         )
         self._open.add(state)
         app.count_websocket("accepted", opened=1)
@@ -236,9 +235,11 @@ class SocketEndpoint:
         client stopped reading, the socket must end)."""
         app = self._app
         try:
-            frame = read_frame(text)
+            frame = SOCKETS.read_frame(text)
         except ProxyError as exc:
-            return await self._send_own(state, error_frame(exc.status, exc.body(), exc.headers))
+            return await self._send_own(
+                state, SOCKETS.error_frame(exc.status, exc.body(), exc.headers)
+            )
         if frame is None:
             return True
         incoming = app.turn_incoming(state.headers)
@@ -251,7 +252,7 @@ class SocketEndpoint:
         )
         trace = app.trace(incoming, outcome)
         state.responses += 1
-        record = ResponseRecord(app.config.server.websocket_max_state_bytes)
+        record = SOCKETS.record(app.config.server.websocket_max_state_bytes)
         downstream = TurnDownstream(
             state.socket, record, client_write=app.config.timeouts.client_write
         )
@@ -292,7 +293,9 @@ class SocketEndpoint:
             state.conversation.keep(turn, record)
         except ProxyError as exc:
             headers = (*exc.headers, *incoming.id_header)
-            if not await self._send_own(state, error_frame(exc.status, exc.body(), headers)):
+            if not await self._send_own(
+                state, SOCKETS.error_frame(exc.status, exc.body(), headers)
+            ):
                 outcome.kind = OutcomeKind.CLIENT_STALLED
                 return False
             outcome.kind = exc.kind or OutcomeKind.PROXY_ERROR
@@ -310,7 +313,7 @@ class SocketEndpoint:
         input becomes the socket's state (Codex's base instructions ride on it)."""
         outcome.model = frame.get("model") if isinstance(frame.get("model"), str) else None
         started = trio.current_time()
-        for event in warm_up_events(frame, new_response_id(), time.time()):
+        for event in SOCKETS.warm_up_events(frame, SOCKETS.new_id(), time.time()):
             record.event(event)
             if not await self._send_own(state, event):
                 outcome.kind = OutcomeKind.CLIENT_STALLED
