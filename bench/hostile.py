@@ -4,7 +4,7 @@
 
 - ``requests``: one request of each shape a client can make huge (60,000 unknown
   top-level keys, hosted tool types, metadata keys, block types, system items,
-  reasoning carriers, consecutive assistant texts), translated for its upstream:
+  reasoning envelopes, consecutive assistant texts), translated for its upstream:
   CPU seconds and the length of the request's JSON log line;
 - ``streams``: a Chat Completions stream of 10,000 and 20,000 parallel tool calls,
   through a whole proxai app in memory (pass-through for a Chat client, translated for
@@ -77,7 +77,7 @@ SHAPES: list[tuple[str, WireApi, WireApi, Callable[[int], Body]]] = [
         lambda n: {"model": "m", "input": [{"role": "assistant", "content": "t" * 20}] * n},
     ),
     (
-        "reasoning carriers in one turn",
+        "reasoning envelopes in one turn",
         RESPONSES,
         CHAT,
         lambda n: {

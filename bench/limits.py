@@ -51,7 +51,7 @@ from bench.latency import measure, percentile
 DELTAS = 20
 INTERVAL = 0.005
 LIMITS = """[limits]
-max_concurrent_streams = 100000
+fleet_max_concurrent_streams = 100000
 [[limits.keys]]
 key = "*"
 requests_per_minute = 100000000

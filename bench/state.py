@@ -506,12 +506,11 @@ async def _store_calls(url: str, port: int) -> Row:
     import socket
 
     from proxai.config import StateBackend, StateConfig
-    from proxai.state import StoredResponse
-    from proxai.state.redis import open_redis_store
+    from proxai.state import StoredResponse, open_store
 
     out: Row = {}
     config = StateConfig(backend=StateBackend.REDIS, url=url)
-    async with open_redis_store(config) as store:
+    async with open_store(config) as store:
         for size, length in SIZES.items():
             text = b"hi" if not length else b"x" * length
             record = StoredResponse(

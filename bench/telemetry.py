@@ -122,6 +122,7 @@ def trace_cost(endpoint: str, requests: int = 2000) -> Row:
     from proxai.ops.genai import RequestFacts
     from proxai.ops.telemetry import Telemetry
     from proxai.outcome import AttemptRecord, Outcome, OutcomeKind
+    from proxai.protocols.responses.reader import responses_usage
 
     tables = {
         "upstream": {"base_url": "http://127.0.0.1:9/v1"},
@@ -146,7 +147,7 @@ def trace_cost(endpoint: str, requests: int = 2000) -> Row:
         trace.attempt_done(attempt)
         outcome.kind, outcome.status, outcome.streaming = OutcomeKind.COMPLETED, 200, True
         outcome.first_byte_s, outcome.first_event_s, outcome.total_s = 0.2, 0.21, 0.5
-        outcome.events, outcome.usage = 88, usage
+        outcome.events, outcome.usage, outcome.tokens = 88, usage, responses_usage(usage)
         outcome.response_id, outcome.response_model = "resp_0", "gpt-5.4"
         outcome.finish_reasons = ["completed"]
         trace.finish(outcome)

@@ -19,12 +19,15 @@
 #                   normalization, request targets and heads (target.py)        (sans-io)
 #    translate/     one API's requests and streams as another's: request translators,
 #                   decoders to neutral events (ir.py) and encoders from them, the pairs
-#                   (pairs.py), proxai's reasoning carriers (carriers.py)       (sans-io)
-#  6 config_file.py the TOML file in, a checked Config out: loading and checks (sans-io)
-#    upstream/      the upstream HTTP client and its two transports (the only product code
+#                   (pairs.py), proxai's reasoning envelopes (reasoning_envelopes.py)
+#                                                                               (sans-io)
+#  6 upstream/      the upstream HTTP client and its two transports (the only product code
 #                   that knows httpx, httpcore and h11; testing/ plays upstreams on h11)
 #    ops/           request log, metrics, captures and masking: read from outcome records
-#  7 relay/         one request's nursery: attempts, reader, observer task, forwarding,
+#    state/         stored responses and the limits' windows: a row per backend
+#                   (backends.py) opening one connection for its store and limiter
+#  7 config_file.py the TOML file in, a checked Config out: loading and checks (sans-io)
+#    relay/         one request's nursery: attempts, reader, observer task, forwarding,
 #                   writer; ending.py and messages.py are its sans-io part
 #  8 service/       app.py (intake, admission, carrying out a plan), plan.py (planning a
 #                   request, sans-io), local.py (what proxai answers itself), asgi_io.py,

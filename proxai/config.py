@@ -122,7 +122,8 @@ class ServerConfig:
     max_translated_body_bytes: int = attrs.field(default=32 * 1024 * 1024, validator=_positive_int)
     #: Items (tool calls, messages, content blocks) one stream may have open at once.
     max_open_items: int = attrs.field(default=1024, validator=_positive_int)
-    #: Proxied requests in flight at once, per process; over it: 503. 0: no limit.
+    #: Proxied requests in flight at once in this process (each worker's own); over it:
+    #: 503. 0: no limit. (``[limits]`` has the fleet's and each key's.)
     max_concurrent_streams: int = attrs.field(default=0, validator=_non_negative_int)
     #: Request line and headers, per request (hypercorn's h11 and h2 limits).
     max_header_bytes: int = attrs.field(default=64 * 1024, validator=_positive_int)
@@ -436,7 +437,8 @@ class KeyLimitsConfig:
     requests_per_minute: int | None = attrs.field(default=None, validator=_optional_positive_int)
     #: Input and output tokens, from the usage the upstream reports.
     tokens_per_minute: int | None = attrs.field(default=None, validator=_optional_positive_int)
-    #: Responses of this key in flight at once, across the fleet (``[state]``).
+    #: Responses of this key in flight at once, across the fleet (``[state]``): the
+    #: key's own, beside ``[limits] fleet_max_concurrent_streams`` for every key together.
     max_concurrent_streams: int | None = attrs.field(default=None, validator=_optional_positive_int)
 
 
@@ -445,9 +447,10 @@ class LimitsConfig:
     """Per-client-key limits and the fleet's concurrency, kept in the ``[state]`` backend
     (exact across processes with Redis; per process with memory)."""
 
-    #: Proxied requests in flight at once across every process sharing ``[state]``;
-    #: over it: 503. 0: no limit (``server.max_concurrent_streams`` stays per process).
-    max_concurrent_streams: int = attrs.field(default=0, validator=_non_negative_int)
+    #: Proxied requests of every key together in flight at once across every process
+    #: sharing ``[state]``; over it: 503. 0: no limit. (A key's own is its entry's
+    #: ``max_concurrent_streams``; ``server.max_concurrent_streams`` is per process.)
+    fleet_max_concurrent_streams: int = attrs.field(default=0, validator=_non_negative_int)
     #: When the backend does not answer: refuse with 503 instead of serving unlimited.
     fail_closed: bool = False
     #: Seconds a concurrency slot lives unless its process renews it (every third of
@@ -457,7 +460,7 @@ class LimitsConfig:
 
     @property
     def enabled(self) -> bool:
-        return bool(self.keys) or self.max_concurrent_streams > 0
+        return bool(self.keys) or self.fleet_max_concurrent_streams > 0
 
 
 class TelemetryProtocol(enum.StrEnum):

@@ -42,6 +42,7 @@ from .policy.model_patterns import compile_pattern, is_exact
 from .protocols.names import WireApi
 from .protocols.table import APIS, UPSTREAM_PROTOCOLS
 from .protocols.tracking import ITEM_BYTES
+from .state.backends import BACKENDS, backend_problems
 from .wire.headers import is_token, value_problem
 
 __all__ = [
@@ -144,6 +145,11 @@ _RENAMED = {
         "retries.budget_min_per_second: retries a second (default 10, Finagle's floor); "
         "for the old budget_min = N write budget_min_per_second = N / budget_window"
     ),
+    ("limits", "max_concurrent_streams"): (
+        "limits.max_concurrent_streams (every key's requests together, across the fleet) "
+        "is now limits.fleet_max_concurrent_streams; a key's own limit stays "
+        "max_concurrent_streams in its [[limits.keys]] entry"
+    ),
 }
 
 
@@ -222,9 +228,7 @@ def _check_observability(config: Config) -> list[str]:
 
 
 def _check_state(config: Config) -> list[str]:
-    if config.state.backend is StateBackend.REDIS and config.state.url is None:
-        return ['state.url: backend "redis" needs the Redis URL (redis://host:6379/0)']
-    return []
+    return backend_problems(config.state)
 
 
 def _check_limits(config: Config) -> list[str]:
@@ -340,11 +344,12 @@ def state_warnings(config: Config) -> list[str]:
     """What start-up tells the operator about ``[state]``: an in-process store under
     several workers is one store per worker, so a conversation continued on another
     worker finds nothing (``previous_response_not_found``)."""
-    if config.server.workers > 1 and config.state.backend is StateBackend.MEMORY:
+    if config.server.workers > 1 and not BACKENDS[config.state.backend].shared:
         return [
-            f'[state] backend = "memory" with {config.server.workers} workers: each worker '
-            "keeps its own stored responses, and a request that names one stored by another "
-            'worker gets previous_response_not_found; use backend = "redis" to share them'
+            f'[state] backend = "{config.state.backend}" with {config.server.workers} workers: '
+            "each worker keeps its own stored responses, and a request that names one stored "
+            'by another worker gets previous_response_not_found; use backend = "redis" to '
+            "share them"
         ]
     return []
 
@@ -353,12 +358,13 @@ def limits_warnings(config: Config) -> list[str]:
     """What start-up tells the operator about ``[limits]``: with the memory backend
     each worker keeps its own windows and slots, so N workers let N times through."""
     workers = config.server.workers
-    if workers > 1 and config.limits.enabled and config.state.backend is StateBackend.MEMORY:
+    shared = BACKENDS[config.state.backend].shared
+    if workers > 1 and config.limits.enabled and not shared:
         return [
-            f'[limits] with [state] backend = "memory" and {workers} workers: each worker '
-            f"counts its own requests, tokens and streams, so up to {workers} times each "
-            'limit gets through; use backend = "redis" for limits exact across workers '
-            "and instances"
+            f'[limits] with [state] backend = "{config.state.backend}" and {workers} workers: '
+            f"each worker counts its own requests, tokens and streams, so up to {workers} "
+            'times each limit gets through; use backend = "redis" for limits exact across '
+            "workers and instances"
         ]
     return []
 

@@ -30,6 +30,7 @@ __all__ = [
     "CallSummary",
     "Outcome",
     "OutcomeKind",
+    "Usage",
     "cap_depth",
     "cut_name",
     "listed",
@@ -97,7 +98,9 @@ class OutcomeKind(enum.StrEnum):
     CLIENT_STALLED = "client_stalled"  # stopped reading for timeouts.client_write
     REQUEST_BODY_TIMEOUT = "request_body_timeout"  # body not received within timeouts.request_body
     UNAUTHORIZED = "unauthorized"  # no valid client key ([auth])
-    OVERLOADED = "overloaded"  # refused: server.max_concurrent_streams in flight
+    #: Refused: ``server.max_concurrent_streams`` in flight in this process, or
+    #: ``[limits] fleet_max_concurrent_streams`` across the fleet.
+    OVERLOADED = "overloaded"
     SHUTDOWN = "shutdown"  # proxai was shutting down (ended after server.drain_timeout)
     #: Translating the upstream's response failed (a proxai defect, contained): the client
     #: got its API's error.
@@ -194,6 +197,41 @@ class AttemptRecord:
         return self.kind.value if self.kind else None
 
 
+@attrs.frozen
+class Usage:
+    """The tokens a response reported, in one shape whatever its API: filled by the
+    upstream API's reader from that API's own fields (``usage_of`` in
+    ``protocols/*/reader.py``), read by ``[limits]``, telemetry, the metrics and the
+    request log, none of which knows an API's field names. ``None``: not reported."""
+
+    #: Every input token, those read from or written to a cache included (Anthropic
+    #: reports those apart from its ``input_tokens``; they are added in).
+    input_tokens: int | None = None
+    #: Of the input, those read from the cache.
+    cached_tokens: int | None = None
+    #: Of the input, those written to the cache (Anthropic's ``cache_creation``).
+    cache_write_tokens: int | None = None
+    output_tokens: int | None = None
+    #: Of the output, the reasoning.
+    reasoning_tokens: int | None = None
+    #: As the API reported it (Anthropic reports none).
+    total_tokens: int | None = None
+
+    @property
+    def charged(self) -> int | None:
+        """What ``tokens_per_minute`` charges: the total where given, else input plus
+        output; ``None`` when it names neither."""
+        if self.total_tokens is not None:
+            return self.total_tokens
+        if self.input_tokens is None and self.output_tokens is None:
+            return None
+        return (self.input_tokens or 0) + (self.output_tokens or 0)
+
+    def counts(self) -> dict[str, int]:
+        """The counts reported, by name (the request log's ``usage``, the metrics' kinds)."""
+        return {name: n for name, n in attrs.asdict(self).items() if n is not None}
+
+
 @attrs.define
 class Outcome:
     """What happened to one request. Times are seconds from the request's start."""
@@ -223,7 +261,10 @@ class Outcome:
     #: Declared tool names (hosted tools by type), as :func:`listed` keeps them.
     tools: list[str] = attrs.field(factory=list, converter=listed)
     stalled_item: str | None = None  # e.g. "function_call get_weather (call_weather_01)"
-    usage: dict[str, Any] | None = None  # from response.completed
+    #: The upstream's usage object as it reported it (captures keep it as it was).
+    usage: dict[str, Any] | None = None
+    #: The same, in one shape whatever the API: what everything that counts tokens reads.
+    tokens: Usage | None = None
     #: The upstream's id of its response and the model it names (its stream's first
     #: word of each), and why it stopped (``stop``, ``max_tokens``, ``completed``...),
     #: as :func:`listed` keeps them.
@@ -246,7 +287,7 @@ class Outcome:
     #: key), when limits apply to it.
     limit_key: str | None = None
     #: The limit that refused the request (``requests_per_minute``, ``tokens_per_minute``,
-    #: ``max_concurrent_streams``, ``fleet_max_concurrent_streams``), if one did.
+    #: ``max_concurrent_streams`` (the key's), ``fleet_max_concurrent_streams``), if one did.
     limited: str | None = None
     #: Tokens charged to the key's ``tokens_per_minute`` window at the request's end.
     charged_tokens: int | None = None

@@ -235,3 +235,17 @@ def test_an_in_process_state_store_under_several_workers_is_warned_about() -> No
     redis = {"backend": "redis", "url": "redis://h:1/0"}
     shared = {**up, "server": {"workers": 4}, "state": redis}
     assert state_warnings(load_config(None, overrides=shared)) == []
+
+
+def test_the_fleets_old_concurrency_key_names_the_new_one(tmp_path: Path) -> None:
+    """``[limits] max_concurrent_streams`` read as every key's default beside a key
+    entry's own; it is now ``fleet_max_concurrent_streams`` and the old key says so."""
+    path = tmp_path / "proxai.toml"
+    path.write_text(
+        '[upstream]\nbase_url = "http://127.0.0.1:1/v1"\n[limits]\nmax_concurrent_streams = 3\n'
+    )
+    with pytest.raises(ConfigError, match=r"now limits\.fleet_max_concurrent_streams"):
+        load_config(path)
+    renamed = {"upstream": {"base_url": "http://127.0.0.1:1/v1"}}
+    config = load_config(None, overrides={**renamed, "limits": {"fleet_max_concurrent_streams": 3}})
+    assert config.limits.fleet_max_concurrent_streams == 3 and config.limits.enabled

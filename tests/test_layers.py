@@ -30,11 +30,12 @@ SANS_IO_MODULES = [
     "proxai.relay.ending",
     "proxai.relay.messages",
     "proxai.service.plan",
-    "proxai.state",  # all but proxai.state.redis, which only open_store's redis backend loads
+    # all but proxai.state.redis and .redis_limits, which only the redis row's open loads
+    "proxai.state",
     "proxai.state.records",
     "proxai.state.memory",
     "proxai.state.store",
-    "proxai.state.limiter",
+    "proxai.state.backends",
 ]
 IO_LIBRARIES = ("trio", "hypercorn", "httpx", "httpcore", "anyio")
 
@@ -69,8 +70,8 @@ LAYERS: list[set[str]] = [
     {"wire"},
     {"protocols"},
     {"policy", "translate"},
-    {"config_file", "upstream", "ops", "state"},
-    {"relay"},
+    {"upstream", "ops", "state"},
+    {"config_file", "relay"},  # config_file reads the state backends' rows
     {"service"},
     {"testing"},
     {"demo"},
@@ -133,7 +134,7 @@ TABLE_MODULES = {
     "proxai/translate/decoders/__init__.py",  # each upstream API's decoder
     "proxai/translate/encoders/__init__.py",  # each client API's encoder
     "proxai/translate/requests/__init__.py",  # each pair's request translator
-    "proxai/translate/carriers.py",  # the APIs whose requests hold proxai's carriers
+    "proxai/translate/reasoning_envelopes.py",  # the APIs whose requests hold proxai's envelopes
 }
 PROTOCOL_ENUMS = ("WireApi", "UpstreamKind")
 
@@ -285,3 +286,34 @@ def test_no_import_cycle_inside_a_package() -> None:
     circle works only by the order modules happen to load, and makes the two one
     module in all but name."""
     assert import_cycles(_import_graph()) == []
+
+
+#: The modules of the Responses API's own features (storing, compaction, sockets): the
+#: table's rows hold them (``Api.storing``, ``.compaction``, ``.sockets``; ``STORING``,
+#: ``SOCKETS``), and code that runs requests reaches them there, never by the module.
+FEATURE_MODULES = tuple(
+    f"proxai.protocols.responses.{name}"
+    for name in ("compaction", "history", "record", "socket", "socket_frames")
+)
+#: Where a feature's module may be imported besides protocols/: the halves of a feature
+#: that are the API's own code (a translation's compaction answer, the upstream socket).
+FEATURE_IMPORTERS = {
+    "proxai/translate/pairs.py",  # the compaction a translated upstream answers
+    "proxai/translate/encoders/compaction.py",
+    "proxai/upstream/websocket.py",  # the Responses WebSocket's upstream half
+}
+
+
+def test_no_module_outside_the_table_imports_an_api_s_feature() -> None:
+    """Issue 37: a feature of one API (storing, compaction, sockets) is reached through
+    its row, so service code names no API's module (and a fourth API with a feature of
+    its own gives its row one)."""
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        module = str(path.relative_to(ROOT.parent))
+        if module.startswith("proxai/protocols/") or module in FEATURE_IMPORTERS:
+            continue
+        for line, imported in _imports(path):
+            if imported.startswith(FEATURE_MODULES):
+                found.append(f"{module}:{line} imports {imported}")
+    assert found == [], "reach the feature through its row in protocols/table.py"

@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from ..outcome import CLIENT_ENDED, STALLS, AttemptRecord, Outcome, OutcomeKind
+from ..outcome import CLIENT_ENDED, STALLS, AttemptRecord, Outcome, OutcomeKind, Usage
 
 __all__ = [
     "DURATION_BUCKETS",
@@ -105,44 +105,17 @@ def span_name(facts: RequestFacts, model: str | None) -> str:
     return f"{facts.operation} {model}" if model else facts.operation
 
 
-def _tokens(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _detail(usage: Mapping[str, Any], key: str, inner: str) -> int | None:
-    details = usage.get(key)
-    return _tokens(details.get(inner)) if isinstance(details, dict) else None
-
-
-def usage_attributes(usage: Mapping[str, Any] | None) -> dict[str, int]:
-    """``gen_ai.usage.*`` from an upstream's usage object, whichever API's shape it has:
-    Chat's ``prompt_tokens``, Responses' ``input_tokens`` with their details, or
-    Messages' ``input_tokens`` plus its cache reads and writes, which the conventions
-    count in the input tokens and Anthropic does not."""
-    if not isinstance(usage, dict):
+def usage_attributes(tokens: Usage | None) -> dict[str, int]:
+    """``gen_ai.usage.*`` from the response's usage (its API's reader put it in one
+    shape; the input counts cache reads and writes, as the conventions do)."""
+    if tokens is None:
         return {}
-    cache_write: int | None = None
-    if "prompt_tokens" in usage or "completion_tokens" in usage:
-        input_tokens = _tokens(usage.get("prompt_tokens"))
-        output_tokens = _tokens(usage.get("completion_tokens"))
-        cache_read = _detail(usage, "prompt_tokens_details", "cached_tokens")
-        reasoning = _detail(usage, "completion_tokens_details", "reasoning_tokens")
-    else:
-        input_tokens = _tokens(usage.get("input_tokens"))
-        output_tokens = _tokens(usage.get("output_tokens"))
-        cache_read = _detail(usage, "input_tokens_details", "cached_tokens")
-        reasoning = _detail(usage, "output_tokens_details", "reasoning_tokens")
-        read = _tokens(usage.get("cache_read_input_tokens"))
-        write = _tokens(usage.get("cache_creation_input_tokens"))
-        if read is not None or write is not None:
-            cache_read, cache_write = read, write
-            input_tokens = (input_tokens or 0) + (read or 0) + (write or 0)
     counts = {
-        INPUT_TOKENS: input_tokens,
-        OUTPUT_TOKENS: output_tokens,
-        CACHE_READ_TOKENS: cache_read,
-        CACHE_WRITE_TOKENS: cache_write,
-        REASONING_TOKENS: reasoning,
+        INPUT_TOKENS: tokens.input_tokens,
+        OUTPUT_TOKENS: tokens.output_tokens,
+        CACHE_READ_TOKENS: tokens.cached_tokens,
+        CACHE_WRITE_TOKENS: tokens.cache_write_tokens,
+        REASONING_TOKENS: tokens.reasoning_tokens,
     }
     return {name: count for name, count in counts.items() if count is not None}
 
@@ -184,7 +157,7 @@ def _response_attributes(outcome: Outcome, attributes: dict[str, AttributeValue]
         attributes["gen_ai.response.model"] = outcome.response_model
     if outcome.finish_reasons:
         attributes["gen_ai.response.finish_reasons"] = list(outcome.finish_reasons)
-    attributes.update(usage_attributes(outcome.usage))
+    attributes.update(usage_attributes(outcome.tokens))
 
 
 def _genai_attributes(

@@ -24,7 +24,6 @@ from prometheus_client import (
 from ..config import MetricsConfig
 from ..outcome import STALLS, AttemptRecord, Outcome
 from .labels import MAX_MODELS, ModelLabels
-from .request_log import usage_tokens
 
 __all__ = ["CONTENT_TYPE_LATEST", "MULTIPROCESS_ENV", "Metrics"]
 
@@ -183,8 +182,9 @@ class Metrics:
             self.bytes.labels("in").inc(outcome.bytes_in)
         if outcome.bytes_out:
             self.bytes.labels("out").inc(outcome.bytes_out)
-        for token_kind, count in usage_tokens(outcome.usage).items():
-            self.tokens.labels(model, token_kind).inc(count)
+        if outcome.tokens is not None:
+            for token_kind, count in outcome.tokens.counts().items():
+                self.tokens.labels(model, token_kind).inc(count)
 
     def pools(self, upstream: str, open: int, idle: int, listed: int) -> None:
         """An upstream's pools now (set after each idle sweep, and before each scrape)."""

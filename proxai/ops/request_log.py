@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from ..config import LogFormat, LoggingConfig
-from ..outcome import MAX_USAGE_DEPTH, WARNINGS, Outcome
+from ..outcome import WARNINGS, Outcome
 from .masking import SecretMask
 
 __all__ = [
@@ -29,7 +29,6 @@ __all__ = [
     "RequestLog",
     "configure",
     "log_fields",
-    "usage_tokens",
 ]
 
 log = logging.getLogger("proxai.request")
@@ -48,25 +47,6 @@ def _short(value: str | None) -> str | None:
 
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 1)
-
-
-def usage_tokens(usage: dict[str, Any] | None) -> dict[str, int]:
-    """Token counts of a usage object, flattened (``output_tokens_details.reasoning_tokens``
-    becomes ``reasoning_tokens``); numbers only, from its first :data:`MAX_USAGE_DEPTH`
-    levels (walked without recursion: an upstream's JSON can nest past Python's stack)."""
-    counts: dict[str, int] = {}
-    # One iterator per open level, so counts keep the order of the keys.
-    levels = [iter(usage.items())] if isinstance(usage, dict) else []
-    while levels:
-        for key, inner in levels[-1]:
-            if isinstance(inner, int) and not isinstance(inner, bool) and key.endswith("tokens"):
-                counts[key] = counts.get(key, 0) + inner
-            elif isinstance(inner, dict) and len(levels) < MAX_USAGE_DEPTH:
-                levels.append(iter(inner.items()))
-                break
-        else:
-            levels.pop()
-    return counts
 
 
 def log_fields(outcome: Outcome) -> dict[str, Any]:
@@ -98,7 +78,7 @@ def log_fields(outcome: Outcome) -> dict[str, Any]:
         "events": outcome.events,
         "bytes_in": outcome.bytes_in,
         "bytes_out": outcome.bytes_out,
-        "usage": usage_tokens(outcome.usage),
+        "usage": outcome.tokens.counts() if outcome.tokens is not None else {},
         "calls": [
             {
                 "type": c.type,

@@ -230,8 +230,8 @@ class RequestTrace:
         self._telemetry = telemetry
         self._outcome = outcome
         fields = telemetry.fields
-        carrier = {n.decode("latin-1"): v.decode("latin-1") for n, v in headers if n in fields}
-        parent = telemetry.propagator.extract(carrier) if carrier else None
+        propagated = {n.decode("latin-1"): v.decode("latin-1") for n, v in headers if n in fields}
+        parent = telemetry.propagator.extract(propagated) if propagated else None
         self._started_ns = time.time_ns()
         self.span = telemetry.tracer.start_span(
             outcome.method, context=parent, kind=SpanKind.SERVER, start_time=self._started_ns
@@ -257,11 +257,11 @@ class RequestTrace:
             start_time=now,
         )
         self._attempts.append(_Attempt(span, attempt, index, now))
-        carrier: dict[str, str] = {}
-        self._telemetry.propagator.inject(carrier, context=trace.set_span_in_context(span))
+        propagated: dict[str, str] = {}
+        self._telemetry.propagator.inject(propagated, context=trace.set_span_in_context(span))
         fields = self._telemetry.fields
         sent = [(n, v) for n, v in headers if n not in fields]
-        sent += [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in carrier.items()]
+        sent += [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in propagated.items()]
         return sent
 
     def attempt_done(self, attempt: AttemptRecord) -> None:
@@ -359,7 +359,7 @@ class RequestTrace:
             if outcome.events > 1 and outcome.total_s is not None:
                 gap = (outcome.total_s - first) / (outcome.events - 1)
                 instruments.time_per_output_chunk.record(max(gap, 0.0), plain)
-        tokens = usage_attributes(outcome.usage)
+        tokens = usage_attributes(outcome.tokens)
         if tokens:
             instruments.add_tokens(tokens, plain)
 

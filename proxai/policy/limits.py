@@ -16,9 +16,13 @@ Each key has up to three limits, and the fleet one more:
   release the backend did not answer is kept (:class:`PendingReleases`) and sent again
   until it does, so a backend away for a moment does not keep slots for a lease.
 
-:class:`LimitsState` is the in-process backend; the Redis one runs the same
-arithmetic in one Lua script per decision (:mod:`proxai.state.redis_limits`), and both
-answer a :class:`Decision`, which :func:`ratelimit_headers` turns into OpenAI's
+:class:`Limiter` is what the request path asks of a backend (one call per decision: one
+round trip on admission, one at the end, and a batched lease renewal now and then).
+:class:`LimitsState` is the in-process arithmetic, :class:`MemoryLimiter` it as a
+:class:`Limiter`; the Redis one runs the same arithmetic in one Lua script per decision
+(:mod:`proxai.state.redis_limits`), and each ``[state]`` backend's row
+(:mod:`proxai.state.backends`) builds its limiter on its own connection. All answer a
+:class:`Decision`, which :func:`ratelimit_headers` turns into OpenAI's
 ``x-ratelimit-*`` headers. Keys are known by their digest (:func:`proxai.policy.auth.tenant_of`),
 and named in metrics by their configured ``name`` or a digest prefix: never the key.
 """
@@ -29,8 +33,8 @@ import bisect
 import enum
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Protocol
 
 import attrs
 
@@ -40,15 +44,17 @@ from .auth import HASH_PREFIX, UNAUTHENTICATED_TENANT, ClientKeys, entry_digest
 __all__ = [
     "WINDOW",
     "Decision",
+    "Held",
     "KeyRule",
     "KeyUse",
     "Limit",
     "LimitRules",
+    "Limiter",
     "LimitsState",
+    "MemoryLimiter",
     "PendingReleases",
     "Release",
     "WindowView",
-    "charged_tokens",
     "estimated_tokens",
     "ratelimit_headers",
     "reset_text",
@@ -78,7 +84,7 @@ class Limit(enum.StrEnum):
     REQUESTS = "requests_per_minute"
     TOKENS = "tokens_per_minute"
     STREAMS = "max_concurrent_streams"  # the key's
-    FLEET_STREAMS = "fleet_max_concurrent_streams"  # [limits] max_concurrent_streams
+    FLEET_STREAMS = "fleet_max_concurrent_streams"  # [limits] fleet_max_concurrent_streams
 
 
 @attrs.frozen
@@ -138,7 +144,7 @@ class LimitRules:
                 continue
             tenant = entry_digest(entry.key).hex()
             by_tenant[tenant] = KeyRule.of(entry, label_of(tenant))
-        return cls(by_tenant, default, limits.max_concurrent_streams)
+        return cls(by_tenant, default, limits.fleet_max_concurrent_streams)
 
     def rule_for(self, tenant: str) -> KeyRule | None:
         """The limits of ``tenant`` (``None``: none, and no fleet limit either)."""
@@ -272,32 +278,6 @@ def ratelimit_headers(decision: Decision) -> list[tuple[bytes, bytes]]:
 
 # -- tokens ----------------------------------------------------------------------------
 
-_INPUT = ("input_tokens", "prompt_tokens")
-_OUTPUT = ("output_tokens", "completion_tokens")
-#: Anthropic's input tokens read from or written to its cache, outside ``input_tokens``.
-_CACHED_INPUT = ("cache_creation_input_tokens", "cache_read_input_tokens")
-
-
-def _count(usage: Mapping[str, Any], name: str) -> int | None:
-    value = usage.get(name)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return None
-
-
-def charged_tokens(usage: Mapping[str, Any] | None) -> int | None:
-    """Input plus output tokens of a usage object, in any of the three APIs' shapes
-    (``total_tokens`` where it is given); ``None`` when it names none."""
-    if not isinstance(usage, dict):
-        return None
-    total = _count(usage, "total_tokens")
-    if total is not None:
-        return total
-    found = [_count(usage, name) for name in (*_INPUT, *_OUTPUT, *_CACHED_INPUT)]
-    counts = [n for n in found if n is not None]
-    return sum(counts) if counts else None
-
-
 #: Bytes of a request body taken for one token when a response reports no usage.
 BYTES_PER_TOKEN = 4
 
@@ -349,7 +329,7 @@ class LimitsState:
 
     def admit(self, tenant: str, rule: KeyRule, slot: str, fleet: int, now: float) -> Decision:
         """Admit a request of ``tenant`` (``slot``: its unique id) or say which limit
-        refuses it; ``fleet`` is ``[limits] max_concurrent_streams`` (0: none)."""
+        refuses it; ``fleet`` is ``[limits] fleet_max_concurrent_streams`` (0: none)."""
         key = self._keys.get(tenant)
         if key is None:
             key = self._keys[tenant] = _KeyState()
@@ -543,3 +523,67 @@ class PendingReleases:
                 del self._by_slot[release.slot]
             else:
                 pending.release = attrs.evolve(pending.release, tokens=0)
+
+
+# -- what the request path asks of a backend ---------------------------------------------
+
+#: A slot this process holds: (tenant, slot id, the tenant's rule).
+Held = tuple[str, str, KeyRule]
+
+
+class Limiter(Protocol):
+    """Admission and release for ``[limits]``, on a ``[state]`` backend. Every async
+    method may raise :class:`~proxai.state.store.StateUnavailable` (never after more
+    than ``[state] timeout``)."""
+
+    #: Whether the windows are shared by every process (exact across a fleet).
+    shared: bool
+
+    async def admit(self, tenant: str, rule: KeyRule, slot: str, fleet: int) -> Decision:
+        """Admit a request (holding its slots) or say which limit refuses it."""
+        ...
+
+    async def finish(self, tenant: str, rule: KeyRule, slot: str, tokens: int) -> None:
+        """The request ended: free its slots and charge its tokens."""
+        ...
+
+    async def release(self, releases: Sequence[Release]) -> None:
+        """Free the slots of requests that ended earlier and charge their tokens, dated
+        when they ended (all in one call: releases an earlier call could not make)."""
+        ...
+
+    async def renew(self, held: Sequence[Held]) -> None:
+        """Extend the leases of the slots this process holds (all in one call)."""
+        ...
+
+    def use(self) -> list[KeyUse]:
+        """Each key's use as this process knows it (the live view)."""
+        ...
+
+
+class MemoryLimiter:
+    """:class:`LimitsState` as a :class:`Limiter` (the memory backend's, per process);
+    ``clock`` is monotonic seconds."""
+
+    shared = False
+
+    def __init__(self, *, lease: float, clock: Callable[[], float]) -> None:
+        self.state = LimitsState(lease=lease)
+        self._clock = clock
+
+    async def admit(self, tenant: str, rule: KeyRule, slot: str, fleet: int) -> Decision:
+        return self.state.admit(tenant, rule, slot, fleet, self._clock())
+
+    async def finish(self, tenant: str, rule: KeyRule, slot: str, tokens: int) -> None:
+        self.state.finish(tenant, rule, slot, tokens, self._clock())
+
+    async def release(self, releases: Sequence[Release]) -> None:
+        now = self._clock()
+        for r in releases:
+            self.state.finish(r.tenant, r.rule, r.slot, r.tokens, now, r.age)
+
+    async def renew(self, held: Sequence[Held]) -> None:
+        self.state.renew(((tenant, slot) for tenant, slot, _ in held), self._clock())
+
+    def use(self) -> list[KeyUse]:
+        return self.state.use(self._clock())

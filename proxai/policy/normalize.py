@@ -82,7 +82,7 @@ def normalize_body(
 
     ``data`` is the parsed ``body`` and is edited in place; ``responses`` says
     whether it is a Responses request (the only kind with ``instructions``);
-    ``edited``: the caller already changed ``data`` (proxai's carriers dropped).
+    ``edited``: the caller already changed ``data`` (proxai's envelopes dropped).
     """
     changed = edited
     if responses and passes.system_to_instructions:

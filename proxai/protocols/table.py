@@ -15,22 +15,33 @@ Everything else looks protocols up here; adding an API is adding a row.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import attrs
 
 from ..config import TimeoutsConfig, UpstreamKind
-from ..errors import ErrorShape
+from ..errors import ErrorShape, ProxyError
+from ..outcome import Usage
 from .chat.observer import ChatObserver
+from .chat.reader import chat_usage
 from .chat.request import project_chat
 from .messages.count_tokens import count_tokens_body
 from .messages.observer import MessagesObserver
+from .messages.reader import messages_usage
 from .messages.request import project_messages
 from .names import WireApi
 from .observer import StreamObserver
+from .responses import compaction as responses_compaction
+from .responses import history as responses_history
+from .responses import socket as responses_socket
+from .responses.compaction import CompactionAnswer, CompactionForm
+from .responses.history import Needs
 from .responses.observer import ResponsesObserver
+from .responses.reader import responses_usage
+from .responses.record import ResponseRecord, is_terminal
 from .responses.request import project_responses
+from .responses.socket import Conversation, Turn
 from .tracking import StreamLimits
 
 __all__ = [
@@ -42,16 +53,27 @@ __all__ = [
     "DEFAULT_KIND",
     "OPENAI_SDK",
     "SERVED_PREFIXES",
+    "SOCKETS",
     "SOCKET_API",
     "STORED_API",
     "STORED_PATH",
+    "STORING",
     "UPSTREAM_PROTOCOLS",
     "Api",
     "ClientSdk",
+    "Compaction",
+    "CompactionForm",
+    "Conversation",
     "LocalAnswer",
+    "Needs",
     "PathPattern",
     "Projection",
+    "ResponseRecord",
+    "Sockets",
+    "Storing",
+    "Turn",
     "UpstreamProtocol",
+    "UsageReader",
     "WireApi",
     "api_for",
     "local_answer_for",
@@ -76,6 +98,10 @@ class Projection(Protocol):
 #: request (``None`` for a stream proxai did not see the request of, such as a resumed
 #: one) and what one stream may hold.
 ObserverBuilder = Callable[[TimeoutsConfig, Projection | None, StreamLimits], StreamObserver]
+
+
+#: An API's usage object in proxai's one shape (its reader's ``usage_of``).
+UsageReader = Callable[[Mapping[str, Any]], Usage]
 
 
 @attrs.frozen
@@ -158,6 +184,98 @@ class LocalAnswer:
 
 
 @attrs.frozen
+class Storing:
+    """How an API's responses are kept and named by later requests (Responses':
+    ``previous_response_id``, ``item_reference``, retrieve and delete), for upstreams
+    that keep none (:mod:`proxai.service.conversations`, :mod:`proxai.service.storing`)."""
+
+    #: A record of one response from its events (``max_bytes``; ``ids_only``).
+    record: type[ResponseRecord]
+    #: Whether an event's data is its response's last.
+    is_terminal: Callable[[bytes], bool]
+    #: A new id of a response proxai names itself.
+    new_id: Callable[[], str]
+    #: What a request body names of earlier responses and items.
+    needs: Callable[[Mapping[str, Any]], Needs]
+    #: ``(body, *, prior, resolved, keep_previous)`` -> the body to send, its whole input,
+    #: and the body as Python objects (for the planner, so that it is not parsed back).
+    expand: Callable[..., tuple[dict[str, Any], tuple[bytes, ...], dict[str, Any]]]
+    #: The API's errors for what a request names and proxai cannot give it.
+    previous_not_found: Callable[[str], ProxyError]
+    previous_too_large: Callable[[str, int], ProxyError]
+    references_too_large: Callable[[int, int], ProxyError]
+    item_not_found: Callable[[int, str], ProxyError]
+
+
+@attrs.frozen
+class Compaction:
+    """Where an API's clients ask to compact a conversation (a ``POST`` with its request
+    body), and what reads its compaction items. An upstream that speaks the API compacts
+    itself and gets them as sent; for one reached through a translation, proxai compacts
+    (:mod:`proxai.protocols.responses.compaction`)."""
+
+    path: str
+    #: Bytes every compaction item of proxai's holds (a request without them is not parsed).
+    mark: bytes
+    #: ``(body, *, endpoint)`` -> how the request asks to compact (``None``: it does not).
+    form: Callable[..., CompactionForm | None]
+    #: ``(body, *, summary_prefix, upstream_compacts)`` -> the body with proxai's items
+    #: read (``None``: it holds none).
+    expand: Callable[..., dict[str, Any] | None]
+    #: ``(body, form, *, prompt, summary_prefix)`` -> the request asking for the summary.
+    summarizing_request: Callable[..., tuple[dict[str, Any], CompactionAnswer]]
+
+
+@attrs.frozen
+class Sockets:
+    """An API whose requests a WebSocket may carry (``GET`` of its path upgraded: the
+    Responses WebSocket mode, :mod:`proxai.protocols.responses.socket`)."""
+
+    #: One socket's turns and what they chain (``max_bytes``).
+    conversation: type[Conversation]
+    #: A record of one turn's response, which the next turn chains on (``max_bytes``).
+    record: type[ResponseRecord]
+    #: A client's message as a request frame (``None``: not one).
+    read_frame: Callable[[str | bytes], dict[str, Any] | None]
+    #: A warm-up's events, answered by proxai: ``(frame, response id, now)``.
+    warm_up_events: Callable[[Mapping[str, Any], str, float], list[bytes]]
+    #: An error as the socket's frame: ``(status, body, headers)``.
+    error_frame: Callable[[int, bytes, Iterable[tuple[bytes, bytes]]], bytes]
+    #: The error a socket past its age gets (its seconds).
+    limit_reached_error: Callable[[float], ProxyError]
+    new_id: Callable[[], str]
+
+
+RESPONSES_STORING = Storing(
+    ResponseRecord,
+    is_terminal,
+    responses_socket.new_response_id,
+    responses_history.needs,
+    responses_history.expand,
+    responses_history.previous_not_found,
+    responses_history.previous_too_large,
+    responses_history.references_too_large,
+    responses_history.item_not_found,
+)
+RESPONSES_SOCKETS = Sockets(
+    Conversation,
+    ResponseRecord,
+    responses_socket.read_frame,
+    responses_socket.warm_up_events,
+    responses_socket.error_frame,
+    responses_socket.limit_reached_error,
+    responses_socket.new_response_id,
+)
+RESPONSES_COMPACTION = Compaction(
+    "/v1/responses/compact",
+    responses_compaction.ENVELOPE_MARK,
+    responses_compaction.compaction_form,
+    responses_compaction.expand_compactions,
+    responses_compaction.summarizing_request,
+)
+
+
+@attrs.frozen
 class Api:
     """One client API."""
 
@@ -171,27 +289,35 @@ class Api:
     observer: ObserverBuilder
     #: The upstream protocol that speaks it.
     upstream: UpstreamKind
+    #: Its usage object (a stream's, a whole answer's) in proxai's one shape.
+    usage: UsageReader
     #: GET paths under this prefix stream this API's events (a resumed response).
     resumes_under: str | None = None
     #: Whether its bodies have the ``instructions`` that ``normalize`` passes edit.
     has_instructions: bool = False
     #: Its endpoints proxai answers itself when the upstream does not speak it.
     local_answers: tuple[LocalAnswer, ...] = ()
-    #: ``GET`` of its path with ``Upgrade: websocket`` opens a socket of its requests
-    #: (the Responses WebSocket mode: :mod:`proxai.protocols.responses.socket`).
-    socket: bool = False
-    #: Its responses are stored and named by later requests (``previous_response_id``,
-    #: ``item_reference``, retrieve and delete): proxai keeps them for upstreams that
-    #: keep none (:mod:`proxai.service.conversations`).
-    stored: bool = False
-    #: Where its clients ask to compact a conversation (a ``POST`` with its request
-    #: body), and whether its requests can hold compaction items at all. An upstream
-    #: that speaks the API compacts itself and gets them as sent; for one reached through
-    #: a translation, proxai compacts (:mod:`proxai.protocols.responses.compaction`).
-    compact_path: str | None = None
+    #: ``GET`` of its path with ``Upgrade: websocket`` opens a socket of its requests.
+    sockets: Sockets | None = None
+    #: Its responses are stored and named by later requests.
+    storing: Storing | None = None
+    #: Its clients compact conversations (its requests can hold compaction items).
+    compaction: Compaction | None = None
     #: Its generation requests' ``gen_ai.operation.name`` (OpenTelemetry's GenAI
     #: conventions name Responses, Chat Completions and Messages alike).
     genai_operation: str = "chat"
+
+    @property
+    def socket(self) -> bool:
+        return self.sockets is not None
+
+    @property
+    def stored(self) -> bool:
+        return self.storing is not None
+
+    @property
+    def compact_path(self) -> str | None:
+        return self.compaction.path if self.compaction is not None else None
 
 
 @attrs.frozen
@@ -222,6 +348,9 @@ class UpstreamProtocol:
     #: Its ``gen_ai.provider.name`` in traces and GenAI metrics: the provider whose API
     #: it speaks (a vLLM behind ``openai_chat`` speaks OpenAI's).
     genai_provider: str = "openai"
+    #: The usage of a whole answer on a path of no API (``/v1/embeddings``), in
+    #: proxai's one shape: its provider's other endpoints report it so.
+    usage: UsageReader = chat_usage
 
     def credential(self, key: str) -> tuple[bytes, bytes]:
         """The header carrying ``key`` to this upstream."""
@@ -246,11 +375,12 @@ APIS: tuple[Api, ...] = (
         project_responses,
         _responses_observer,
         UpstreamKind.OPENAI,
+        responses_usage,
         resumes_under="/v1/responses/",
         has_instructions=True,
-        socket=True,
-        stored=True,
-        compact_path="/v1/responses/compact",
+        sockets=RESPONSES_SOCKETS,
+        storing=RESPONSES_STORING,
+        compaction=RESPONSES_COMPACTION,
     ),
     Api(
         WireApi.CHAT,
@@ -260,6 +390,7 @@ APIS: tuple[Api, ...] = (
         project_chat,
         lambda timeouts, request, limits: ChatObserver(timeouts, limits),
         UpstreamKind.OPENAI,
+        chat_usage,
     ),
     Api(
         WireApi.MESSAGES,
@@ -269,6 +400,7 @@ APIS: tuple[Api, ...] = (
         project_messages,
         lambda timeouts, request, limits: MessagesObserver(timeouts, limits),
         UpstreamKind.ANTHROPIC_MESSAGES,
+        messages_usage,
         local_answers=(
             LocalAnswer(
                 "/v1/messages/count_tokens", count_tokens_body, "count_tokens estimated by proxai"
@@ -281,8 +413,12 @@ API_BY_PATH = {api.path.template: api for api in APIS if api.path.literal}
 #: The API whose responses are stored and named by later requests, and the one whose
 #: requests a WebSocket may carry: the rows that say so, so that no module outside the
 #: table spells their paths.
-STORED_API = next(api for api in APIS if api.stored)
-SOCKET_API = next(api for api in APIS if api.socket)
+STORED_API = next(api for api in APIS if api.storing is not None)
+SOCKET_API = next(api for api in APIS if api.sockets is not None)
+#: Their features, as the service reaches them (it names no API's module).
+assert STORED_API.storing is not None and SOCKET_API.sockets is not None
+STORING: Storing = STORED_API.storing
+SOCKETS: Sockets = SOCKET_API.sockets
 #: Where a stored response lives: ``GET``/``DELETE`` ``{STORED_PATH}/{id}``, and below it.
 STORED_PATH = STORED_API.path.template
 
@@ -327,6 +463,7 @@ UPSTREAM_PROTOCOLS: dict[UpstreamKind, UpstreamProtocol] = {
         translate_to=WireApi.MESSAGES,
         marked_by=b"anthropic-version",
         genai_provider="anthropic",
+        usage=messages_usage,
     ),
 }
 API_BY_WIRE = {api.wire: api for api in APIS}

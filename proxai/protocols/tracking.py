@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Hashable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any, Protocol
 
 import attrs
 
@@ -43,6 +43,7 @@ from ..outcome import (
     CallSummary,
     Outcome,
     OutcomeKind,
+    Usage,
     cap_depth,
     cut_name,
 )
@@ -110,6 +111,11 @@ class StreamReader(Protocol):
     def closing(self, kind: OutcomeKind, message: str) -> Frames:
         """The protocol's terminal events for a stream proxai ends itself, after
         everything the upstream sent."""
+        ...
+
+    def usage_of(self, usage: Mapping[str, Any]) -> Usage:
+        """Its API's usage object (as :attr:`TrackingObserver.usage` holds it) in proxai's
+        one shape: the only place an API's usage fields are named."""
         ...
 
 
@@ -490,6 +496,7 @@ class TrackingObserver(StreamObserver):
     def fill(self, outcome: Outcome) -> None:
         outcome.stalled_item = self._stalled.label if self._stalled else None
         outcome.usage, usage_capped = cap_depth(self.usage, MAX_USAGE_DEPTH)
+        outcome.tokens = None if self.usage is None else self.reader.usage_of(self.usage)
         outcome.response_id = self.response_id
         outcome.response_model = self.response_model
         outcome.finish_reasons = self.finish_reasons

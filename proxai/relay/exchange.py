@@ -15,6 +15,7 @@ from ..config import TimeoutsConfig
 from ..errors import ErrorShape
 from ..policy.retry import RetryPlan
 from ..protocols.observer import ObserverFactory, pass_through
+from ..protocols.table import UsageReader
 from ..translate.stream import TranslatorFactory
 from ..upstream.client import Upstream
 from ..wire.headers import Headers
@@ -100,9 +101,12 @@ class UpstreamTarget:
     #: Builds the translator of its response into the client's API (``None``: the
     #: upstream speaks the client's API and the bytes pass unchanged).
     translator: TranslatorFactory | None = None
-    #: Request fields left out of ``body`` for this upstream (proxai's reasoning carriers
+    #: Request fields left out of ``body`` for this upstream (proxai's reasoning envelopes
     #: on the way to a native one), for the outcome; a translator reports its own.
     dropped: Sequence[str] = ()
+    #: Reads a whole answer's usage into the outcome's ``tokens`` (its API's row's
+    #: reader; ``None``: the raw ``usage`` alone is kept). A stream's is its observer's.
+    usage: UsageReader | None = None
 
 
 @attrs.frozen

@@ -178,6 +178,8 @@ class Relay:
                 usage = self._forwarding.whole_usage
                 if usage is not None:
                     self.outcome.usage = cap_depth(usage, MAX_USAGE_DEPTH)[0]
+                    read = self._target.usage if self._target is not None else None
+                    self.outcome.tokens = read(usage) if read is not None else None
 
     def snapshot(self) -> StreamSnapshot:
         """The live view's picture of this request now."""

@@ -30,7 +30,7 @@ from ..ops.request_log import RequestLog
 from ..policy.auth import ClientKeys
 from ..policy.retry import RetryBudget
 from ..policy.upstream_ids import Isolation
-from ..state import StateStore, open_store
+from ..state import Backend, StateStore, open_backend
 from ..upstream.client import UpstreamClient
 from ..upstream.websocket import StreamOpener
 from .admission import Admission
@@ -167,13 +167,13 @@ class ProxaiApp:
     async def startup(self, nursery: trio.Nursery) -> None:
         """Open a connection pool per upstream, and the state store in a task of
         ``nursery`` (the lifespan's), where it stays until :meth:`shutdown`."""
-        store: StateStore = await nursery.start(self._hold_store)
+        backend: Backend = await nursery.start(self._hold_store)
         self._pipeline.conversations = Conversations(
-            store,
+            backend.store,
             max_record_bytes=self.config.server.websocket_max_state_bytes,
             isolation=self._isolation(),
         )
-        self._limits.open(store)
+        self._limits.open(backend)
         self._pipeline.clients = {
             name: self._upstream_factory(upstream, self.config.timeouts_for(name), name=name)
             for name, upstream in self.config.all_upstreams()
@@ -209,11 +209,11 @@ class ProxaiApp:
             return None
         return Isolation(forward_unknown=self.config.state.forward_unknown_upstream_ids)
 
-    async def _hold_store(self, *, task_status: trio.TaskStatus[StateStore]) -> None:
+    async def _hold_store(self, *, task_status: trio.TaskStatus[Backend]) -> None:
         self._holding_store = trio.CancelScope()
         with self._holding_store:
-            async with open_store(self.config.state) as store:
-                task_status.started(store)
+            async with open_backend(self.config.state) as backend:
+                task_status.started(backend)
                 await trio.sleep_forever()
 
     def begin_drain(self) -> None:

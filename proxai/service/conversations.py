@@ -32,17 +32,7 @@ import orjson
 
 from ..errors import ProxyError
 from ..policy.upstream_ids import Isolation, named_in_path
-from ..protocols.responses.history import (
-    Needs,
-    expand,
-    item_not_found,
-    needs,
-    previous_not_found,
-    previous_too_large,
-    references_too_large,
-)
-from ..protocols.responses.record import ResponseRecord
-from ..protocols.responses.socket import new_response_id
+from ..protocols.table import STORING, Needs, ResponseRecord
 from ..state import ResponseStatus, StateStore, StateUnavailable, StoredResponse
 from ..translate.ir import StoredAs
 from ..wire.json_body import dumps_exact
@@ -96,7 +86,7 @@ class Conversations:
         Python objects (``None``: not expanded), for the planner, so that it is not
         parsed back; apart from the plan, which lasts as long as the response, so that
         the objects die with the planning."""
-        named = needs(data)
+        named = STORING.needs(data)
         storing = store and data.get("store") is not False and not upstream_keeps_state
         claims = (
             self.isolation is not None
@@ -150,9 +140,9 @@ class Conversations:
                 prior = (*previous.input_items, *previous.output_items)
                 room -= sum(len(item) for item in prior)
                 if room < 0:
-                    raise previous_too_large(named.previous_id, self.max_record_bytes)
+                    raise STORING.previous_too_large(named.previous_id, self.max_record_bytes)
             elif not upstream_keeps_state:
-                raise previous_not_found(named.previous_id)
+                raise STORING.previous_not_found(named.previous_id)
         resolved: dict[str, bytes] = {}
         missing: set[str] = set()
         for index, item_id in named.references:
@@ -162,22 +152,22 @@ class Conversations:
                 if held is not None:
                     resolved[item_id] = held
                 elif not upstream_keeps_state:
-                    raise item_not_found(index, item_id)
+                    raise STORING.item_not_found(index, item_id)
                 else:
                     missing.add(item_id)
             if held is not None:
                 room -= len(held)
                 if room < 0:
-                    raise references_too_large(index, self.max_record_bytes)
+                    raise STORING.references_too_large(index, self.max_record_bytes)
         if upstream_keeps_state:
             unheld = named.previous_id if prior is None else None
             await self._check_upstream_ids(tenant, unheld, named.references, missing)
         expanded = prior is not None or bool(resolved)
         keep = None if prior is not None else named.previous_id
-        sent, items, objects = expand(
+        sent, items, objects = STORING.expand(
             data, prior=prior or (), resolved=resolved, keep_previous=keep
         )
-        stored = StoredAs(new_response_id(), named.previous_id) if storing else None
+        stored = StoredAs(STORING.new_id(), named.previous_id) if storing else None
         plan = StatePlan(
             orjson.dumps(sent) if expanded else body,
             tenant,
@@ -212,7 +202,11 @@ class Conversations:
         if refused is None:
             return
         place, name = asked[refused]
-        raise previous_not_found(name) if place is None else item_not_found(place, name)
+        raise (
+            STORING.previous_not_found(name)
+            if place is None
+            else STORING.item_not_found(place, name)
+        )
 
     async def guard_path(self, method: str, path: str, *, tenant: str) -> None:
         """Before a request whose path names a response proxai does not hold goes
@@ -228,14 +222,14 @@ class Conversations:
 
     def id_record(self) -> ResponseRecord:
         """What following an answer for :meth:`claim` keeps: its ids, not its items."""
-        return ResponseRecord(self.max_record_bytes, ids_only=True)
+        return STORING.record(self.max_record_bytes, ids_only=True)
 
     async def claim(self, tenant: str, response_id: str, item_ids: Sequence[str] = ()) -> None:
         """Record the upstream's ids of a response as ``tenant``'s (the first owner stays)."""
         await self.store.claim(tenant, [response_id, *item_ids])
 
     def record(self) -> ResponseRecord:
-        return ResponseRecord(self.max_record_bytes)
+        return STORING.record(self.max_record_bytes)
 
     async def save(self, plan: StatePlan, record: ResponseRecord) -> None:
         """Store a response that ended (completed, incomplete or failed, as OpenAI does)."""

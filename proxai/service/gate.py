@@ -51,7 +51,7 @@ class Gate:
         open_streams: Callable[[], Collection[Stoppable]],
         retry_budget: RetryBudget,
     ) -> None:
-        self._limit = server.max_concurrent_streams
+        self._process_streams = server.max_concurrent_streams
         self.retry_budget = retry_budget
         self._drain_timeout = server.drain_timeout
         #: Admitted requests from their admission to their end.
@@ -70,9 +70,10 @@ class Gate:
             raise shutdown_error()
 
     def check_room(self) -> None:
-        """Raise the 503 that refuses a request over ``max_concurrent_streams``."""
-        if self._limit and self.in_flight >= self._limit:
-            raise _overloaded(self._limit)
+        """Raise the 503 that refuses a request over ``server.max_concurrent_streams``
+        (this process's own)."""
+        if self._process_streams and self.in_flight >= self._process_streams:
+            raise _overloaded(self._process_streams)
 
     def enter(self) -> None:
         """Count in a request that passed every check."""

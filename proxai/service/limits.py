@@ -35,20 +35,20 @@ from ..policy.auth import ClientKeys
 from ..policy.limits import (
     RELEASE_RETRY,
     Decision,
+    Held,
     KeyRule,
     KeyUse,
     Limit,
+    Limiter,
     LimitRules,
     PendingReleases,
     Release,
-    charged_tokens,
     estimated_tokens,
     ratelimit_headers,
     reset_text,
     retry_after_headers,
 )
-from ..state import StateStore, StateUnavailable
-from ..state.limiter import Held, Limiter, limiter_for
+from ..state import Backend, StateUnavailable
 
 __all__ = ["KeyLimits", "LimitHold"]
 
@@ -83,7 +83,7 @@ class KeyLimits:
     ) -> None:
         self._config = config
         self._rules = LimitRules.from_config(config.limits, keys)
-        self._fleet = config.limits.max_concurrent_streams
+        self._fleet = config.limits.fleet_max_concurrent_streams
         self._fail_closed = config.limits.fail_closed
         self._lease = config.limits.slot_lease
         self._limiter: Limiter | None = None
@@ -101,12 +101,11 @@ class KeyLimits:
     def enabled(self) -> bool:
         return self._rules is not None
 
-    def open(self, store: StateStore) -> None:
-        """Start on the ``[state]`` store (at startup)."""
+    def open(self, backend: Backend) -> None:
+        """Start on the open ``[state]`` backend (at startup): its limiter shares the
+        store's connection."""
         if self._rules is not None:
-            self._limiter = limiter_for(
-                self._config.limits, self._config.state, store, clock=trio.current_time
-            )
+            self._limiter = backend.limiter(self._lease, trio.current_time)
 
     async def close(self) -> None:
         """Stop (at shutdown): the pending releases get one last try (bounded by
@@ -269,7 +268,7 @@ class KeyLimits:
     def _tokens(outcome: Outcome) -> int:
         """What the upstream reported, or, for a response cut before its usage, an
         estimate from the bytes (nothing for a request no upstream answered well)."""
-        reported = charged_tokens(outcome.usage)
+        reported = outcome.tokens.charged if outcome.tokens is not None else None
         if reported is not None:
             return reported
         if outcome.status is None or not 200 <= outcome.status < 300 or not outcome.bytes_in:
@@ -291,7 +290,7 @@ def _refusal(
         return ProxyError(
             503,
             f"proxai is at its fleet's limit of {fleet} concurrent requests "
-            f"([limits] max_concurrent_streams); retry in {wait}",
+            f"([limits] fleet_max_concurrent_streams); retry in {wait}",
             "server_error",
             code="proxy_overloaded",
             headers=all_headers,

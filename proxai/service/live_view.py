@@ -12,7 +12,7 @@ and the networks in ``live_view.allow``; behind the client keys when
 ``[auth]`` is on (the page takes the key from the URL's fragment,
 ``/_proxai/#key=...``, which browsers never send to the server, and sends it as
 a bearer token). At most ``live_view.max_viewers`` event streams are open at once
-(each lives as long as its viewer, outside ``max_concurrent_streams``); past it, 503.
+(each lives as long as its viewer, outside ``server.max_concurrent_streams``); past it, 503.
 """
 
 from __future__ import annotations

@@ -304,6 +304,7 @@ class Pipeline:
                 query=target.query,
                 translator=target.translator,
                 dropped=target.dropped,
+                usage=target.usage,
             )
         request = ProxiedRequest(
             incoming.method,

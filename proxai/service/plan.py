@@ -31,28 +31,24 @@ from ..errors import ProxyError
 from ..policy.normalize import normalize_body
 from ..policy.routes import Route, Router
 from ..protocols.observer import ObserverFactory, pass_through
-from ..protocols.responses.compaction import (
-    ENVELOPE_MARK,
-    CompactionForm,
-    compaction_form,
-    expand_compactions,
-    summarizing_request,
-)
 from ..protocols.table import (
     API_BY_WIRE,
     STORED_PATH,
     UPSTREAM_PROTOCOLS,
     Api,
     ClientSdk,
+    Compaction,
+    CompactionForm,
     LocalAnswer,
+    UsageReader,
     api_for,
     local_answer_for,
     upstream_kind_for,
 )
 from ..protocols.tracking import StreamLimits
-from ..translate.carriers import carries_proxai_reasoning, strip_proxai_reasoning
 from ..translate.ir import StoredAs
 from ..translate.pairs import translate, upstream_api
+from ..translate.reasoning_envelopes import carries_proxai_reasoning, strip_proxai_reasoning
 from ..wire.headers import Headers
 from ..wire.json_body import dumps_kept, load_json_object
 from ..wire.json_values import json_object_or_none
@@ -215,8 +211,10 @@ class TargetPlan:
     query: bytes | None = None
     #: Builds the translator of its answer into the client's API (``None``: native).
     translator: TranslatorFactory | None = None
-    #: Request fields left out of ``body`` (proxai's reasoning carriers).
+    #: Request fields left out of ``body`` (proxai's reasoning envelopes).
     dropped: Sequence[str] = ()
+    #: Reads a whole answer's usage (the answer's API's row says how).
+    usage: UsageReader | None = None
 
 
 @attrs.frozen
@@ -324,8 +322,9 @@ class Planner:
             data = load_json_object(body)
         projection = api.project(data)
         compaction = None
-        if api.compact_path is not None:
-            compaction = compaction_form(data, endpoint=incoming.route_path == api.compact_path)
+        if api.compaction is not None:
+            endpoint = incoming.route_path == api.compaction.path
+            compaction = api.compaction.form(data, endpoint=endpoint)
         return Prepared(
             data,
             # A path that holds the model names it (the body then does not).
@@ -378,19 +377,20 @@ class Planner:
         wire = upstream_api(upstream.protocol, api.wire) if api is not None else None
         data = prepared.data
         if api is None or wire is None or wire is api.wire or data is None:
-            if data is not None and api is not None and api.compact_path is not None:
-                data, body = self._own_compactions(data, body)
+            if data is not None and api is not None and api.compaction is not None:
+                data, body = self._own_compactions(api.compaction, data, body)
             sent, dropped = _body_for(upstream, body, api, data, route.upstream_model)
-            return TargetPlan(sent, prepared.observer_factory, dropped=dropped)
+            usage = api.usage if api is not None else UPSTREAM_PROTOCOLS[upstream.protocol].usage
+            return TargetPlan(sent, prepared.observer_factory, dropped=dropped, usage=usage)
         if route.upstream_model is not None:
             data = {**data, "model": route.upstream_model}
         compaction = None
-        if api.compact_path is not None:
+        if api.compaction is not None:
             # An upstream reached through a translation compacts nothing: proxai asks it
             # for a summary, and reads back the compactions it made from one.
             options = self._compaction
             if prepared.compaction is not None:
-                data, compaction = summarizing_request(
+                data, compaction = api.compaction.summarizing_request(
                     data,
                     prepared.compaction,
                     prompt=options.prompt,
@@ -399,7 +399,7 @@ class Planner:
                 stored = None
             elif b'"compaction' in body:
                 data = (
-                    expand_compactions(
+                    api.compaction.expand(
                         data, summary_prefix=options.summary_prefix, upstream_compacts=False
                     )
                     or data
@@ -416,14 +416,17 @@ class Planner:
             raw_path=target.path.format(model=data.get("model") or "").encode(),
             query=b"",
             translator=translated.translator(),
+            usage=target.usage,
         )
 
-    def _own_compactions(self, data: dict[str, Any], body: bytes) -> tuple[dict[str, Any], bytes]:
+    def _own_compactions(
+        self, feature: Compaction, data: dict[str, Any], body: bytes
+    ) -> tuple[dict[str, Any], bytes]:
         """A request for an upstream that takes it natively, with proxai's own compaction
         items as their summaries (only proxai reads them; the upstream's own stay)."""
-        if ENVELOPE_MARK not in body:
+        if feature.mark not in body:
             return data, body
-        expanded = expand_compactions(
+        expanded = feature.expand(
             data, summary_prefix=self._compaction.summary_prefix, upstream_compacts=True
         )
         if expanded is None:
@@ -439,21 +442,21 @@ def _body_for(
     upstream_model: str | None,
 ) -> tuple[bytes, list[str]]:
     """The body one upstream gets: the client's bytes unless a rewrite applies; and the
-    request fields dropped on the way (proxai's own reasoning carriers)."""
+    request fields dropped on the way (proxai's own reasoning envelopes)."""
     passes = upstream.normalize
     instructions = api is not None and api.has_instructions
     wire = api.wire if api is not None else None
-    carriers = carries_proxai_reasoning(body, wire)
+    envelopes = carries_proxai_reasoning(body, wire)
     if data is None or (
         upstream_model is None
-        and not carriers
+        and not envelopes
         and not (instructions and passes.system_to_instructions)
     ):
         return body, []
     # A shallow copy: each upstream's rewrites are its own, and every rewrite replaces
     # top-level fields (it never edits the lists or objects they hold).
     data = dict(data)
-    dropped = strip_proxai_reasoning(data, wire) if carriers else []
+    dropped = strip_proxai_reasoning(data, wire) if envelopes else []
     sent = normalize_body(
         body,
         data,

@@ -33,16 +33,15 @@ import trio
 from ..config import Config
 from ..errors import ProxyError
 from ..outcome import Outcome, OutcomeKind
-from ..protocols.responses.record import ResponseRecord
-from ..protocols.responses.socket import (
+from ..protocols.table import (
+    SOCKET_API,
+    SOCKETS,
+    UPSTREAM_PROTOCOLS,
     Conversation,
+    ResponseRecord,
     Turn,
-    error_frame,
-    new_response_id,
-    read_frame,
-    warm_up_events,
+    api_for,
 )
-from ..protocols.table import SOCKET_API, UPSTREAM_PROTOCOLS, api_for
 from ..relay.writer import error_response
 from ..upstream.client import Upstream
 from ..upstream.websocket import UpstreamSocket
@@ -169,7 +168,7 @@ class SocketEndpoint:
             [(n, v) for n, v in incoming.headers if not n.startswith(b"sec-websocket-")],
             tenant,
             SocketStats(opened_at=started),
-            Conversation(server.websocket_max_state_bytes),
+            SOCKETS.conversation(server.websocket_max_state_bytes),
         )
         self._open.add(state)
         reporter.count_websocket("accepted", opened=1)
@@ -255,9 +254,11 @@ class SocketEndpoint:
         """One client frame: a response, an error frame, or nothing (``False``: the
         client stopped reading, the socket must end)."""
         try:
-            frame = read_frame(text)
+            frame = SOCKETS.read_frame(text)
         except ProxyError as exc:
-            return await self._send_own(state, error_frame(exc.status, exc.body(), exc.headers))
+            return await self._send_own(
+                state, SOCKETS.error_frame(exc.status, exc.body(), exc.headers)
+            )
         if frame is None:
             return True
         incoming = self._intake.turn(state.headers)
@@ -273,7 +274,9 @@ class SocketEndpoint:
 
         async def refuse(exc: ProxyError) -> None:
             headers = (*exc.headers, *incoming.id_header)
-            if not await self._send_own(state, error_frame(exc.status, exc.body(), headers)):
+            if not await self._send_own(
+                state, SOCKETS.error_frame(exc.status, exc.body(), headers)
+            ):
                 outcome.kind = OutcomeKind.CLIENT_STALLED
                 return
             outcome.kind = exc.kind or OutcomeKind.PROXY_ERROR
@@ -300,7 +303,7 @@ class SocketEndpoint:
         model = frame.get("model")
         route = request.routing.route(model if isinstance(model, str) else None)
         first = self._pipeline.upstream(route.upstreams[0])
-        record = ResponseRecord(self._config.server.websocket_max_state_bytes)
+        record = SOCKETS.record(self._config.server.websocket_max_state_bytes)
         downstream = TurnDownstream(state.socket, record, client_write=client_write)
         if first.websocket:
             clients: dict[str, Upstream] = {
@@ -329,7 +332,7 @@ class SocketEndpoint:
         input becomes the socket's state (Codex's base instructions ride on it)."""
         outcome.model = frame.get("model") if isinstance(frame.get("model"), str) else None
         started = trio.current_time()
-        for event in warm_up_events(frame, new_response_id(), time.time()):
+        for event in SOCKETS.warm_up_events(frame, SOCKETS.new_id(), time.time()):
             record.event(event)
             if not await self._send_own(state, event):
                 outcome.kind = OutcomeKind.CLIENT_STALLED

@@ -16,8 +16,7 @@ from collections.abc import Sequence
 import attrs
 import trio
 
-from ..protocols.responses.record import ResponseRecord
-from ..protocols.responses.socket import error_frame
+from ..protocols.table import SOCKETS, ResponseRecord
 from ..relay.reader import is_event_stream
 from ..wire.headers import Headers
 from ..wire.sse import SSEFrame
@@ -202,7 +201,7 @@ class TurnDownstream:
                     b"stream (HTTP " + str(self._status).encode() + b')"}}'
                 )
             self.sent = True
-            await self._send(error_frame(status, body, self._headers))
+            await self._send(SOCKETS.error_frame(status, body, self._headers))
 
     async def _send(self, frame: bytes) -> None:
         with trio.move_on_after(self._bound):

@@ -28,7 +28,7 @@ import attrs
 import trio
 
 from ..errors import ProxyError
-from ..protocols.responses.socket import error_frame, limit_reached_error
+from ..protocols.table import SOCKETS
 from .socket_io import Binary, ClientSocket, CloseCode, Gone, TooLarge
 
 __all__ = ["SocketLimits", "SocketStats", "run_socket"]
@@ -76,7 +76,7 @@ def _queue_full(limit: int, chars: int | None = None) -> bytes:
         "invalid_request_error",
         code="websocket_queue_full",
     )
-    return error_frame(error.status, error.body(), ())
+    return SOCKETS.error_frame(error.status, error.body(), ())
 
 
 async def run_socket(
@@ -175,8 +175,10 @@ async def run_socket(
             await _close(socket, CloseCode.GOING_AWAY, "proxai is shutting down")
             return
         stats.ended_by = "websocket_max_age"
-        error = limit_reached_error(limits.max_age)
-        await socket.send_within(error_frame(error.status, error.body(), ()), limits.write_timeout)
+        error = SOCKETS.limit_reached_error(limits.max_age)
+        await socket.send_within(
+            SOCKETS.error_frame(error.status, error.body(), ()), limits.write_timeout
+        )
         await _close(socket, CloseCode.NORMAL, "websocket_connection_limit_reached")
 
     async def drain_watch() -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 
 from ..outcome import Outcome
-from ..protocols.responses.record import ResponseRecord, is_terminal
+from ..protocols.table import STORING, ResponseRecord
 from ..relay.reader import is_event_stream
 from ..relay.writer import Downstream
 from ..state import RecordTooLarge, StateUnavailable
@@ -64,7 +64,9 @@ class StoringDownstream:
             for frame in frames:  # framed once, by the relay
                 if frame.data is not None:
                     self._record.event(frame.data)
-                    ended = ended or (is_terminal(frame.data) and self._record.terminal is not None)
+                    ended = ended or (
+                        STORING.is_terminal(frame.data) and self._record.terminal is not None
+                    )
             if self._on_id is not None and self._record.response_id is not None:
                 on_id, self._on_id = self._on_id, None
                 await on_id(self._record.response_id)

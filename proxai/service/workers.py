@@ -7,7 +7,7 @@ among them. On SIGINT/SIGTERM the parent closes its end of each worker's pipe;
 each worker then drains like a single process would, and the parent waits for
 them. A worker whose parent dies sees the same end of its pipe and stops too. A worker
 that dies on its own is replaced. Workers share nothing a client could notice:
-each has its own connection pools and its own ``max_concurrent_streams`` count.
+each has its own connection pools and its own ``server.max_concurrent_streams`` count.
 """
 
 from __future__ import annotations

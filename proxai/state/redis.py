@@ -16,8 +16,10 @@ deleted or evicted answers nothing), ``delete`` one script (it reads the record'
 header for its item ids, and drops the pointers that still point into it).
 
 Every call is bounded by ``[state] timeout`` and any failure is
-:class:`~proxai.state.store.StateUnavailable`. The connection pool lives in
-:meth:`RedisStore.run`'s task and any task may call. Calls share connections (coredis
+:class:`~proxai.state.store.StateUnavailable`. The connection pool is a
+:class:`RedisConnection`, which lives in :meth:`RedisConnection.run`'s task and which
+any task may call: the backend's one connection, which the store here and the limiter
+(:mod:`proxai.state.redis_limits`) are both built on. Calls share connections (coredis
 multiplexes them), and a connection that died is replaced by the next call that needs
 one: a Redis that went away, or stopped answering, is served again as soon as it is
 back, with nothing to reset. A call cut off by the timeout leaves its connection in
@@ -40,7 +42,7 @@ from ..config import StateConfig
 from .records import RecordFormatError, StoredResponse
 from .store import StateUnavailable
 
-__all__ = ["RedisStore", "open_redis_store"]
+__all__ = ["RedisConnection", "RedisStore", "open_redis"]
 
 log = logging.getLogger("proxai.state")
 T = TypeVar("T")
@@ -102,15 +104,14 @@ return 1
 )
 
 
-class RedisStore:
-    """A :class:`~proxai.state.store.StateStore` on one Redis (see the module's
-    docstring); started with ``await nursery.start(store.run)``, ended by :meth:`aclose`."""
+class RedisConnection:
+    """The Redis backend's connection pool (see the module's docstring); started with
+    ``await nursery.start(connection.run)``, ended by :meth:`aclose`."""
 
     def __init__(self, config: StateConfig) -> None:
         assert config.url is not None
         self._url = config.url
         self._timeout = config.timeout
-        self._ttl_ms = max(1, round(config.ttl * 1000))
         self._prefix = config.key_prefix
         self._client: coredis.Redis[bytes] | None = None
         self._closed = trio.Event()
@@ -153,21 +154,19 @@ class RedisStore:
         self._ready.set()
 
     async def aclose(self) -> None:
+        """Close the pool (idempotent): every call fails from then on."""
         if self._done.is_set():
             return
         self._closing = True
         self._closed.set()
         await self._done.wait()
 
-    # -- the calls -----------------------------------------------------------------------
+    @property
+    def key_prefix(self) -> str:
+        return self._prefix
 
-    def _record_key(self, tenant: str, response_id: str) -> str:
-        return f"{self._prefix}resp:{tenant}:{response_id}"
-
-    def _items_prefix(self, tenant: str) -> str:
-        return f"{self._prefix}item:{tenant}:"
-
-    async def _call(self, call: Callable[[coredis.Redis[bytes]], Awaitable[T]]) -> T:
+    async def call(self, call: Callable[[coredis.Redis[bytes]], Awaitable[T]]) -> T:
+        """``call`` on the pool, within ``[state] timeout``; raises StateUnavailable."""
         with trio.move_on_after(self._timeout):
             while (client := self._client) is None:  # a pool being replaced: wait for it
                 if self._closing:
@@ -180,20 +179,35 @@ class RedisStore:
                 raise StateUnavailable(f"Redis: {type(exc).__name__}") from None
         raise StateUnavailable(f"Redis did not answer within {self._timeout:g} s")
 
-    @property
-    def key_prefix(self) -> str:
-        return self._prefix
-
     async def run_script(
         self, script: Script[bytes], keys: list[str], args: list[str | bytes | int]
     ) -> Any:
-        """One Lua script, one round trip, on the store's pool and under its timeout
-        (``[limits]`` shares the store's Redis this way); raises StateUnavailable."""
-        return await self._call(lambda client: script(keys=keys, args=args, client=client))
+        """One Lua script, one round trip, under the timeout; raises StateUnavailable."""
+        return await self.call(lambda client: script(keys=keys, args=args, client=client))
+
+
+class RedisStore:
+    """A :class:`~proxai.state.store.StateStore` on a :class:`RedisConnection`."""
+
+    def __init__(self, connection: RedisConnection, *, ttl: float) -> None:
+        self._connection = connection
+        self._ttl_ms = max(1, round(ttl * 1000))
+        self._prefix = connection.key_prefix
+
+    async def aclose(self) -> None:
+        await self._connection.aclose()
+
+    # -- the calls -----------------------------------------------------------------------
+
+    def _record_key(self, tenant: str, response_id: str) -> str:
+        return f"{self._prefix}resp:{tenant}:{response_id}"
+
+    def _items_prefix(self, tenant: str) -> str:
+        return f"{self._prefix}item:{tenant}:"
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
         key = self._record_key(tenant, response_id)
-        data = await self._call(lambda client: client.get(key))
+        data = await self._connection.call(lambda client: client.get(key))
         if data is None:
             return None
         try:
@@ -211,17 +225,19 @@ class RedisStore:
         for item_id, offset, length in record.item_spans():
             keys.append(items + item_id)
             args.append(f"{offset} {length} {rec}")
-        await self._call(lambda client: _PUT(keys=keys, args=args, client=client))
+        await self._connection.call(lambda client: _PUT(keys=keys, args=args, client=client))
 
     async def delete(self, tenant: str, response_id: str) -> bool:
         keys = [self._record_key(tenant, response_id)]
         args = [self._items_prefix(tenant)]
-        dropped: Any = await self._call(lambda client: _DELETE(keys=keys, args=args, client=client))
+        dropped: Any = await self._connection.call(
+            lambda client: _DELETE(keys=keys, args=args, client=client)
+        )
         return bool(dropped)
 
     async def item(self, tenant: str, item_id: str) -> bytes | None:
         keys = [self._items_prefix(tenant) + item_id]
-        found: Any = await self._call(lambda client: _ITEM(keys=keys, client=client))
+        found: Any = await self._connection.call(lambda client: _ITEM(keys=keys, client=client))
         return found if isinstance(found, bytes) else None
 
     def _owner_key(self, claimed: str) -> str:
@@ -232,24 +248,24 @@ class RedisStore:
             return
         keys = [self._owner_key(i) for i in ids]
         args: list[str | bytes | int] = [tenant, self._ttl_ms]
-        await self._call(lambda client: _CLAIM(keys=keys, args=args, client=client))
+        await self._connection.call(lambda client: _CLAIM(keys=keys, args=args, client=client))
 
     async def owners(self, ids: Sequence[str]) -> tuple[str | None, ...]:
         if not ids:
             return ()
         keys = [self._owner_key(i) for i in ids]
-        found: Any = await self._call(lambda client: client.mget(keys))
+        found: Any = await self._connection.call(lambda client: client.mget(keys))
         return tuple(v.decode() if isinstance(v, bytes) else None for v in found)
 
 
 @asynccontextmanager
-async def open_redis_store(config: StateConfig) -> AsyncIterator[RedisStore]:
-    """A :class:`RedisStore` running for the ``async with`` block."""
+async def open_redis(config: StateConfig) -> AsyncIterator[RedisConnection]:
+    """A :class:`RedisConnection` running for the ``async with`` block."""
     async with trio.open_nursery() as nursery:
-        store = RedisStore(config)
-        await nursery.start(store.run)
+        connection = RedisConnection(config)
+        await nursery.start(connection.run)
         try:
-            yield store
+            yield connection
         finally:
             with trio.CancelScope(shield=True):
-                await store.aclose()
+                await connection.aclose()

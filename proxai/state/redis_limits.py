@@ -23,10 +23,8 @@ from typing import Any
 import attrs
 from coredis.commands import Script
 
-from ..policy.limits import Decision, KeyRule, KeyUse, Limit, Release, WindowView
-from .limiter import Held
-from .redis import RedisStore
-from .store import StateStore
+from ..policy.limits import Decision, Held, KeyRule, KeyUse, Limit, Release, WindowView
+from .redis import RedisConnection
 
 __all__ = ["RedisLimiter"]
 
@@ -156,15 +154,15 @@ class _Seen:
 
 
 class RedisLimiter:
-    """A :class:`~proxai.state.limiter.Limiter` on the ``[state]`` store's Redis."""
+    """A :class:`~proxai.policy.limits.Limiter` on the Redis backend's connection (the
+    one its store is built on: :mod:`proxai.state.backends`)."""
 
     shared = True
 
-    def __init__(self, store: StateStore, *, lease: float) -> None:
-        assert isinstance(store, RedisStore)
-        self._store = store
+    def __init__(self, connection: RedisConnection, *, lease: float) -> None:
+        self._connection = connection
         self._lease_ms = max(1, round(lease * 1000))
-        self._prefix = store.key_prefix + "lim:"
+        self._prefix = connection.key_prefix + "lim:"
         #: The last decision per key, for the live view (bounded: keys are configured).
         self._seen: dict[str, _Seen] = {}
 
@@ -181,7 +179,7 @@ class RedisLimiter:
             self._lease_ms,
             slot,
         ]
-        answer: Any = await self._store.run_script(_ADMIT, self._keys(tenant), args)
+        answer: Any = await self._connection.run_script(_ADMIT, self._keys(tenant), args)
         refused, retry, nreq, req_reset, used, tok_reset, nslots, nfleet = answer
         rpm, tpm = rule.requests_per_minute, rule.tokens_per_minute
         name = refused.decode() if isinstance(refused, bytes) else str(refused)
@@ -208,7 +206,7 @@ class RedisLimiter:
             keys += self._keys(r.tenant)[1:4]
             charged = r.tokens if r.rule.tokens_per_minute is not None else 0
             args += [r.slot, charged, max(0, round(r.age * 1000))]
-        await self._store.run_script(_FINISH, keys, args)
+        await self._connection.run_script(_FINISH, keys, args)
 
     async def renew(self, held: Sequence[Held]) -> None:
         if not held:
@@ -222,7 +220,7 @@ class RedisLimiter:
                 args.append(slot)
             keys.append(names[4])  # renewing a slot that is not there adds nothing (XX)
             args.append(slot)
-        await self._store.run_script(_RENEW, keys, args)
+        await self._connection.run_script(_RENEW, keys, args)
 
     def use(self) -> list[KeyUse]:
         """As of the last decision this process made for each key."""

@@ -1,4 +1,4 @@
-"""The state backends' one interface, their failures, and the factory that opens one.
+"""The stores' one interface and their failures (:mod:`.backends` opens one).
 
 The interface is small on purpose: a record in, a record or one item out, by tenant
 and id; and the owners of the ids an upstream that keeps state minted, by id alone.
@@ -10,17 +10,14 @@ these seven methods.
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from typing import Protocol
 
-from ..config import StateBackend, StateConfig
 from ..errors import ProxyError
 from ..outcome import OutcomeKind
 from .records import StoredResponse
 
-__all__ = ["RecordTooLarge", "StateStore", "StateUnavailable", "open_store"]
+__all__ = ["RecordTooLarge", "StateStore", "StateUnavailable"]
 
 
 class StateUnavailable(ProxyError):
@@ -77,26 +74,3 @@ class StateStore(Protocol):
     async def aclose(self) -> None:
         """Release the backend (idempotent); the store answers nothing afterwards."""
         ...
-
-
-@asynccontextmanager
-async def open_store(
-    config: StateConfig, *, clock: Callable[[], float] = time.time
-) -> AsyncIterator[StateStore]:
-    """The store ``config`` names, open for the ``async with`` block (enter it in a task
-    that outlives the requests using it, e.g. the ASGI lifespan's; any task may call
-    the store). Redis need not be up: calls fail with :class:`StateUnavailable` until
-    it is. ``clock`` is the memory backend's time (unix seconds)."""
-    if config.backend is StateBackend.REDIS:
-        from .redis import open_redis_store  # trio and coredis load only when used
-
-        async with open_redis_store(config) as store:
-            yield store
-        return
-    from .memory import MemoryStore
-
-    memory = MemoryStore(max_bytes=config.max_bytes, ttl=config.ttl, clock=clock)
-    try:
-        yield memory
-    finally:
-        await memory.aclose()

@@ -31,7 +31,7 @@ from ..wire.sse import Frames, SSEFrame
 __all__ = [
     "CUSTOM_TOOL_PARAMETER",
     "MAX_TOKEN_COUNT",
-    "REASONING_CARRIER_PREFIX",
+    "REASONING_ENVELOPE_PREFIX",
     "THINKING_SIGNATURE",
     "TOOL_ID_ESCAPE",
     "Clock",
@@ -64,27 +64,27 @@ CUSTOM_TOOL_PARAMETER = "input"
 
 #: Reasoning text carried statelessly in a Responses reasoning item's
 #: ``encrypted_content`` (proxai stores nothing): this prefix, then the text.
-REASONING_CARRIER_PREFIX = "proxai-reasoning-v1."
+REASONING_ENVELOPE_PREFIX = "proxai-reasoning-v1."
 
 
 #: The signature of a thinking block proxai made from reasoning that came unsigned (Claude
-#: Code drops a thinking block without one). It starts with the carrier prefix, so when the
+#: Code drops a thinking block without one). It starts with the envelope prefix, so when the
 #: block comes back the request translator restores its text as ``reasoning_content``
 #: (DeepSeek-style upstreams want it back). Not Anthropic's signature: a real Anthropic
 #: upstream would reject it.
-THINKING_SIGNATURE = REASONING_CARRIER_PREFIX + "unsigned"
+THINKING_SIGNATURE = REASONING_ENVELOPE_PREFIX + "unsigned"
 
 
 def wrap_reasoning(text: str) -> str:
     """The ``encrypted_content`` that carries ``text`` back to proxai next turn."""
-    return REASONING_CARRIER_PREFIX + text
+    return REASONING_ENVELOPE_PREFIX + text
 
 
-def unwrap_reasoning(carrier: str | None) -> str | None:
-    """The reasoning text of a carrier proxai wrote, or ``None`` for anything else
+def unwrap_reasoning(envelope: str | None) -> str | None:
+    """The reasoning text of a envelope proxai wrote, or ``None`` for anything else
     (a real encrypted blob from OpenAI is not ours to read)."""
-    if carrier and carrier.startswith(REASONING_CARRIER_PREFIX):
-        return carrier[len(REASONING_CARRIER_PREFIX) :]
+    if envelope and envelope.startswith(REASONING_ENVELOPE_PREFIX):
+        return envelope[len(REASONING_ENVELOPE_PREFIX) :]
     return None
 
 
@@ -197,7 +197,7 @@ class ItemDone:
     :class:`Finished`; encoders need nothing else to close it in their API."""
 
     key: int
-    #: REASONING: an opaque signature (Anthropic ``signature_delta``) or carrier, if any.
+    #: REASONING: an opaque signature (Anthropic ``signature_delta``) or envelope, if any.
     signature: str | None = None
 
 
@@ -294,8 +294,8 @@ class TranslationContext:
     #: Responses ``custom`` tools by name: their calls unwrap ``{"input": ...}``.
     custom_tools: frozenset[str] = frozenset()
     #: The client asked for ``include: ["reasoning.encrypted_content"]``: put reasoning
-    #: in the carrier so it can come back next turn.
-    reasoning_carrier: bool = False
+    #: in the envelope so it can come back next turn.
+    reasoning_envelope: bool = False
     #: The client's streamed request asked ``stream_options.include_usage`` (a Chat
     #: client's, as only Chat has it): its encoder sends the usage chunk.
     include_usage: bool = False

@@ -10,12 +10,24 @@ from typing import Any
 
 import orjson
 
-__all__ = ["json_object_or_none", "str_or_none"]
+__all__ = ["count_or_none", "field_of", "json_object_or_none", "str_or_none"]
 
 
 def str_or_none(value: object) -> str | None:
     """``value`` if it is a string, else ``None``."""
     return value if isinstance(value, str) else None
+
+
+def count_or_none(value: object) -> int | None:
+    """``value`` if it is a count (an integer, not a bool, not negative), else ``None``."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def field_of(value: object, key: str) -> object:
+    """``value[key]`` if ``value`` is a JSON object, else ``None``."""
+    return value.get(key) if isinstance(value, dict) else None
 
 
 def json_object_or_none(data: bytes | bytearray | memoryview | str) -> dict[str, Any] | None:

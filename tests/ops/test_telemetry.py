@@ -20,6 +20,11 @@ import trio
 from proxai.config import ConfigError, TelemetryConfig
 from proxai.config_file import load_config
 from proxai.ops.genai import usage_attributes
+from proxai.ops.request_log import log_fields
+from proxai.outcome import Outcome
+from proxai.protocols.chat.reader import chat_usage
+from proxai.protocols.messages.reader import messages_usage
+from proxai.protocols.responses.reader import responses_usage
 from proxai.testing import Script, Stall
 from proxai.testing.otlp import OtlpReceiver, ReceivedSpan
 from proxai.testing.seed import (
@@ -364,7 +369,7 @@ def test_usage_of_each_api_maps_to_the_genai_names() -> None:
         "prompt_tokens_details": {"cached_tokens": 30},
         "completion_tokens_details": {"reasoning_tokens": 5},
     }
-    assert usage_attributes(chat) == {
+    assert usage_attributes(chat_usage(chat)) == {
         "gen_ai.usage.input_tokens": 50,
         "gen_ai.usage.output_tokens": 20,
         "gen_ai.usage.cache_read.input_tokens": 30,
@@ -378,13 +383,18 @@ def test_usage_of_each_api_maps_to_the_genai_names() -> None:
         "cache_read_input_tokens": 100,
         "cache_creation_input_tokens": 40,
     }
-    assert usage_attributes(messages) == {
+    assert usage_attributes(messages_usage(messages)) == {
         "gen_ai.usage.input_tokens": 150,
         "gen_ai.usage.output_tokens": 7,
         "gen_ai.usage.cache_read.input_tokens": 100,
         "gen_ai.usage.cache_write.input_tokens": 40,
     }
-    assert usage_attributes({"input_tokens": True, "output_tokens": "3"}) == {}
+    responses = {"input_tokens": 9, "input_tokens_details": {"cached_tokens": 4}}
+    assert usage_attributes(responses_usage(responses)) == {
+        "gen_ai.usage.input_tokens": 9,
+        "gen_ai.usage.cache_read.input_tokens": 4,
+    }
+    assert usage_attributes(responses_usage({"input_tokens": True, "output_tokens": "3"})) == {}
     assert usage_attributes(None) == {}
 
 
@@ -420,3 +430,14 @@ def test_telemetry_table_is_checked(table: dict[str, Any], message: str) -> None
 
 def test_headers_of_the_exporter_are_never_in_the_config_repr() -> None:
     assert "s3cret" not in repr(TelemetryConfig(headers={"x-honeycomb-team": "s3cret"}))
+
+
+def test_the_log_and_the_metrics_name_tokens_one_way_whatever_the_api() -> None:
+    """The request log's ``usage`` is the outcome's one shape: a Chat upstream's
+    ``prompt_tokens`` is ``input_tokens`` there, as a Responses one's is."""
+    chat = chat_usage({"prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12})
+    responses = responses_usage({"input_tokens": 7, "output_tokens": 5, "total_tokens": 12})
+    for tokens in (chat, responses):
+        fields = log_fields(Outcome("POST", "/v1/x", tokens=tokens))
+        assert fields["usage"] == {"input_tokens": 7, "output_tokens": 5, "total_tokens": 12}
+    assert log_fields(Outcome("POST", "/v1/x"))["usage"] == {}

@@ -25,12 +25,15 @@ from proxai.policy.limits import (
     PendingReleases,
     Release,
     WindowView,
-    charged_tokens,
     estimated_tokens,
     ratelimit_headers,
     reset_text,
     retry_after_headers,
 )
+from proxai.protocols.chat.reader import chat_usage
+from proxai.protocols.messages.reader import messages_usage
+from proxai.protocols.responses.reader import responses_usage
+from proxai.protocols.table import UsageReader
 
 T = "a" * 64
 #: Arrival gaps in quarter seconds: exact binary fractions, so window edges are exact.
@@ -280,23 +283,27 @@ def test_headers_name_only_the_limits_the_key_has() -> None:
 
 
 @pytest.mark.parametrize(
-    ("usage", "tokens"),
+    ("read", "usage", "tokens"),
     [
-        ({"input_tokens": 30, "output_tokens": 20, "total_tokens": 50}, 50),  # Responses
-        ({"prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12}, 12),  # Chat
-        ({"prompt_tokens": 7, "completion_tokens": 5}, 12),
+        (responses_usage, {"input_tokens": 30, "output_tokens": 20, "total_tokens": 50}, 50),
+        (chat_usage, {"prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12}, 12),
+        (chat_usage, {"prompt_tokens": 7, "completion_tokens": 5}, 12),
         (  # Anthropic: cache reads and writes are input outside input_tokens
+            messages_usage,
             {"input_tokens": 3, "output_tokens": 9, "cache_read_input_tokens": 100},
             112,
         ),
-        ({"output_tokens": 9}, 9),
-        ({"input_tokens": True, "foo": 3}, None),
-        ({}, None),
-        (None, None),
+        (messages_usage, {"output_tokens": 9}, 9),
+        (responses_usage, {"input_tokens": True, "foo": 3}, None),
+        (chat_usage, {"prompt_tokens": -4}, None),
+        (responses_usage, {}, None),
     ],
 )
-def test_tokens_charged_from_each_apis_usage(usage: dict[str, object] | None, tokens: int) -> None:
-    assert charged_tokens(usage) == tokens
+def test_tokens_charged_from_each_apis_usage(
+    read: UsageReader, usage: dict[str, object], tokens: int | None
+) -> None:
+    """Each API's reader puts its usage in one shape, whose ``charged`` limits read."""
+    assert read(usage).charged == tokens
 
 
 def test_an_estimate_counts_the_request_bytes_and_the_events() -> None:
@@ -310,7 +317,7 @@ def digest(key: str) -> str:
 
 def test_rules_by_plain_key_digest_and_star_each_key_its_own_window() -> None:
     limits = LimitsConfig(
-        max_concurrent_streams=5,
+        fleet_max_concurrent_streams=5,
         keys=[
             KeyLimitsConfig(key="sk-alpha", name="alpha", requests_per_minute=10),
             KeyLimitsConfig(key="sha256:" + digest("sk-beta"), tokens_per_minute=100),

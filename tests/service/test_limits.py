@@ -15,7 +15,7 @@ import trio
 from trio.testing import MockClock
 
 from proxai.outcome import UPSTREAM_CUT_SHORT, OutcomeKind
-from proxai.state.limiter import MemoryLimiter
+from proxai.policy.limits import MemoryLimiter
 from proxai.testing import Script
 from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.memory_socket import open_memory_socket
@@ -61,7 +61,7 @@ def completed(tokens_in: int = 30, tokens_out: int = 20) -> Script:
 
 def limits(**entry: Any) -> dict[str, Any]:
     fleet = entry.pop("fleet", 0)
-    return {"max_concurrent_streams": fleet, "keys": [{"key": "sk-alpha", **entry}]}
+    return {"fleet_max_concurrent_streams": fleet, "keys": [{"key": "sk-alpha", **entry}]}
 
 
 def header(exchange: Any, name: bytes) -> str | None:
@@ -247,7 +247,7 @@ async def test_key_streams_over_the_limit_get_429_and_come_back_on_every_ending(
 
 async def test_the_fleets_streams_over_its_limit_get_503(autojump_clock: MockClock) -> None:
     stalled = Script(steps=(Send(sse_event({"type": "response.created"})), Stall()))
-    async with MemoryProxy([stalled] * 3, limits={"max_concurrent_streams": 1}) as proxy:
+    async with MemoryProxy([stalled] * 3, limits={"fleet_max_concurrent_streams": 1}) as proxy:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(lambda: proxy.request(TURN1_REQUEST, disconnect_after=5))
             await trio.sleep(1)
@@ -257,7 +257,7 @@ async def test_the_fleets_streams_over_its_limit_get_503(autojump_clock: MockClo
     assert refused.status == 503
     error = refused.json()["error"]
     assert (error["type"], error["code"]) == ("server_error", "proxy_overloaded")
-    assert "[limits] max_concurrent_streams" in error["message"]
+    assert "[limits] fleet_max_concurrent_streams" in error["message"]
     assert header(refused, b"retry-after") == "1"
     assert refused.outcome is not None
     assert refused.outcome.kind is OutcomeKind.OVERLOADED
@@ -354,6 +354,12 @@ async def test_every_api_streamed_or_whole_translated_or_not_charges_the_upstrea
     assert first.outcome is not None
     assert (first.outcome.translation is None) == (client == upstream_api)
     assert first.outcome.charged_tokens == TOKENS_IN + TOKENS_OUT, first.outcome.warnings
+    # Read into one shape by the upstream API's reader, whichever API that is.
+    tokens = first.outcome.tokens
+    assert tokens is not None and (tokens.input_tokens, tokens.output_tokens) == (
+        TOKENS_IN,
+        TOKENS_OUT,
+    )
     assert not any("estimated from the bytes" in w for w in first.outcome.warnings)
     # The limiter was charged it: the next request sees 400 of the 1000 used.
     assert header(second, b"x-ratelimit-remaining-tokens") == "600"

@@ -317,7 +317,7 @@ def test_the_body_is_parsed_once_whatever_the_upstreams(parsed: list[Any]) -> No
 
 
 def test_planning_leaves_the_clients_parsed_request_as_it_was() -> None:
-    """Each upstream's rewrite (carriers stripped, system moved, model replaced) is made
+    """Each upstream's rewrite (envelopes stripped, system moved, model replaced) is made
     on its own copy, and translators take the request without changing it: one parse
     serves every upstream."""
     p = planner(

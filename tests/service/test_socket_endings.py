@@ -105,7 +105,7 @@ def chat_deltas(count: int) -> list[bytes]:
 
 @asynccontextmanager
 async def serving(
-    carrier: str,
+    leg: str,
     events: list[dict[str, Any]],
     chat_events: list[bytes],
     *,
@@ -114,13 +114,13 @@ async def serving(
     nursery: trio.Nursery,
     **tables: Any,
 ) -> AsyncIterator[tuple[Any, Any]]:
-    """proxai in front of one upstream carrying the turn (``carrier``): a Responses
+    """proxai in front of one upstream carrying the turn (``leg``): a Responses
     upstream over HTTP, a Chat-only one (translated), or a Responses WebSocket upstream;
     yields the running proxai and an async function returning when the upstream's
     connection was closed."""
     from proxai.testing import ScriptedUpstream, open_proxai
 
-    if carrier == "socket":
+    if leg == "socket":
         then = [SocketStall()] if stall else []
         steps = SocketScript.events(events, delay=delay, then=then)
         ws_up = ScriptedSocketUpstream([steps])
@@ -134,10 +134,10 @@ async def serving(
             yield px, closed
         return
     then = [Stall()] if stall else []
-    http_events = chat_events if carrier == "chat" else events
+    http_events = chat_events if leg == "chat" else events
     http_up = ScriptedUpstream([Script.sse(http_events, delay=delay, then=then)])
     await nursery.start(http_up.serve)
-    upstream = CHAT_UPSTREAM if carrier == "chat" else {}
+    upstream = CHAT_UPSTREAM if leg == "chat" else {}
     async with open_proxai(http_up.base_url, upstream=upstream, **tables) as px:
 
         async def closed() -> float:
@@ -147,7 +147,7 @@ async def serving(
         yield px, closed
 
 
-CARRIERS = ["responses", "chat", "socket"]
+UPSTREAM_LEGS = ["responses", "chat", "socket"]
 
 
 async def read_until(client: RawSocket, kind: str, count: int) -> list[dict[str, Any]]:
@@ -162,14 +162,14 @@ async def metrics_of(px: Any) -> str:
         return (await http.get(px.url + "/metrics")).text
 
 
-@pytest.mark.parametrize("carrier", CARRIERS)
+@pytest.mark.parametrize("leg", UPSTREAM_LEGS)
 async def test_a_close_frame_mid_turn_closes_the_upstream_and_frees_the_slot(
-    carrier: str, nursery: trio.Nursery
+    leg: str, nursery: trio.Nursery
 ) -> None:
     """After 3 deltas the client sends a close frame: the upstream, which would stream
     7 more (3.5 s), is closed at once (within :data:`RELEASE`), and the turn's slot is free."""
     async with serving(
-        carrier,
+        leg,
         deltas(10),
         chat_deltas(10),
         delay=PACE,
@@ -198,15 +198,15 @@ async def test_a_close_frame_mid_turn_closes_the_upstream_and_frees_the_slot(
 TOOL_ARGUMENTS = 0.5
 
 
-@pytest.mark.parametrize("carrier", CARRIERS)
+@pytest.mark.parametrize("leg", UPSTREAM_LEGS)
 async def test_a_stall_mid_arguments_closes_the_upstream_at_the_deadline(
-    carrier: str, nursery: trio.Nursery
+    leg: str, nursery: trio.Nursery
 ) -> None:
     """The upstream goes silent mid-arguments: at ``tool_arguments`` the client gets
     its error and ``response.failed`` frames and the upstream's connection is closed,
     while the socket goes on; every time (the race of issue 38 item 1)."""
     async with serving(
-        carrier,
+        leg,
         list(TURN1_EVENTS[:6]),
         TOOL_CALL_STREAM[:5],
         delay=0.0,

@@ -207,7 +207,10 @@ async def full_fleet(start_upstream: Any, tmp_path: Path) -> AsyncIterator[Any]:
     upstream = await start_upstream(stalled)
     async with open_redis() as redis:
         config = fleet_config(
-            tmp_path / "p.toml", upstream.base_url, redis.url, limits="max_concurrent_streams = 3\n"
+            tmp_path / "p.toml",
+            upstream.base_url,
+            redis.url,
+            limits="fleet_max_concurrent_streams = 3\n",
         )
         async with fleet(config, "two processes") as (a, b), trio.open_nursery() as nursery:
             with trio.fail_after(HANG):

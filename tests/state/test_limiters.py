@@ -11,14 +11,13 @@ import coredis
 import pytest
 import trio
 
-from proxai.config import LimitsConfig, StateBackend, StateConfig
+from proxai.config import StateBackend, StateConfig
 from proxai.config_file import load_config
 from proxai.outcome import Outcome
 from proxai.policy.auth import UNAUTHENTICATED_TENANT
-from proxai.policy.limits import KeyRule, Limit, Release
+from proxai.policy.limits import KeyRule, Limit, Limiter, MemoryLimiter, Release
 from proxai.service.limits import KeyLimits
-from proxai.state import StateUnavailable, open_store
-from proxai.state.limiter import Limiter, MemoryLimiter, limiter_for
+from proxai.state import BACKENDS, StateUnavailable, open_backend
 from proxai.state.redis_limits import RedisLimiter
 from proxai.testing.redis import open_redis
 
@@ -45,8 +44,8 @@ async def limiter(request: pytest.FixtureRequest) -> AsyncIterator[Limiter]:
     if request.param == "memory":
         yield MemoryLimiter(lease=30.0, clock=Clock())
         return
-    async with open_redis() as redis, open_store(redis_config(redis)) as store:
-        yield limiter_for(LimitsConfig(), redis_config(redis), store, clock=trio.current_time)
+    async with open_redis() as redis, open_backend(redis_config(redis)) as backend:
+        yield backend.limiter(30.0, trio.current_time)
 
 
 async def test_requests_per_minute(limiter: Limiter) -> None:
@@ -119,10 +118,10 @@ async def test_two_limiters_on_one_redis_share_every_window() -> None:
     rule = KeyRule("k", requests_per_minute=3, max_concurrent_streams=2)
     async with (
         open_redis() as redis,
-        open_store(redis_config(redis)) as one,
-        open_store(redis_config(redis)) as two,
+        open_backend(redis_config(redis)) as one,
+        open_backend(redis_config(redis)) as two,
     ):
-        a, b = RedisLimiter(one, lease=30.0), RedisLimiter(two, lease=30.0)
+        a, b = one.limiter(30.0, trio.current_time), two.limiter(30.0, trio.current_time)
         results = [await (a, b)[i % 2].admit(T, rule, f"r{i}", 0) for i in range(4)]
         assert [r.refused for r in results] == [None, None, Limit.STREAMS, Limit.STREAMS]
         await a.finish(T, rule, "r0", 0)
@@ -136,8 +135,8 @@ async def test_two_limiters_on_one_redis_share_every_window() -> None:
 @needs_redis
 async def test_admission_and_the_end_are_one_round_trip_each() -> None:
     rule = KeyRule("k", requests_per_minute=5, tokens_per_minute=500, max_concurrent_streams=2)
-    async with open_redis() as redis, open_store(redis_config(redis)) as store:
-        limiter = RedisLimiter(store, lease=30.0)
+    async with open_redis() as redis, open_backend(redis_config(redis)) as backend:
+        limiter = backend.limiter(30.0, trio.current_time)
         await limiter.admit(T, rule, "warm", 3)  # loads the scripts: the first use only
         await limiter.finish(T, rule, "warm", 10)
         await limiter.renew([(T, "warm", rule)])
@@ -162,8 +161,8 @@ async def test_a_slot_nobody_renews_lapses_with_its_lease() -> None:
     # Redis's own clock (TIME) counts the lease: real time, so each step is half a second
     # from the instant that would change its answer (0.1 s was, on a loaded machine).
     rule = KeyRule("k", max_concurrent_streams=1)
-    async with open_redis() as redis, open_store(redis_config(redis)) as store:
-        limiter = RedisLimiter(store, lease=1.5)
+    async with open_redis() as redis, open_backend(redis_config(redis)) as backend:
+        limiter = backend.limiter(1.5, trio.current_time)
         assert (await limiter.admit(T, rule, "held", 0)).admitted
         assert (await limiter.admit(T, rule, "other", 0)).refused is Limit.STREAMS
         await trio.sleep(1.0)
@@ -179,8 +178,8 @@ async def test_a_redis_away_is_state_unavailable_within_the_timeout_and_then_bac
     rule = KeyRule("k", requests_per_minute=5)
     async with open_redis() as redis:
         config = redis_config(redis, timeout=STATE_TIMEOUT)
-        async with open_store(config) as store:
-            limiter = RedisLimiter(store, lease=30.0)
+        async with open_backend(config) as backend:
+            limiter = backend.limiter(30.0, trio.current_time)
             assert (await limiter.admit(T, rule, "r1", 0)).admitted
             redis.freeze()
             started = trio.current_time()
@@ -209,9 +208,9 @@ async def test_an_admission_cut_off_by_the_timeout_runs_when_redis_wakes() -> No
     free = KeyRule("f")
     async with (
         open_redis() as redis,
-        open_store(redis_config(redis, timeout=STATE_TIMEOUT)) as store,
+        open_backend(redis_config(redis, timeout=STATE_TIMEOUT)) as backend,
     ):
-        limiter = RedisLimiter(store, lease=30.0)
+        limiter = backend.limiter(30.0, trio.current_time)
         await limiter.admit(T, free, "warm", 1)  # loads the script (a late EVALSHA runs)
         await limiter.release([Release(T, free, "warm")])
         redis.freeze()
@@ -235,12 +234,12 @@ async def test_key_limits_send_what_redis_did_not_answer_once_it_answers() -> No
         overrides = {
             "upstream": {"base_url": "http://upstream.test/v1"},
             "state": {"backend": "redis", "url": redis.url, "timeout": STATE_TIMEOUT},
-            "limits": {"max_concurrent_streams": 2, "slot_lease": 30.0},
+            "limits": {"fleet_max_concurrent_streams": 2, "slot_lease": 30.0},
         }
         config = load_config(None, overrides=overrides)
         limits = KeyLimits(config, None)
-        async with open_store(config.state) as store, trio.open_nursery() as nursery:
-            limits.open(store)
+        async with open_backend(config.state) as backend, trio.open_nursery() as nursery:
+            limits.open(backend)
             nursery.start_soon(limits.renew_leases)
             with trio.fail_after(HANG):
                 first = await limits.admit(UNAUTHENTICATED_TENANT, "r1", Outcome("POST", "/"))
@@ -267,7 +266,24 @@ async def test_key_limits_send_what_redis_did_not_answer_once_it_answers() -> No
     assert all(a is not None for a in both)  # neither slot was left taken
 
 
-def test_the_memory_backend_is_per_process() -> None:
-    limiter = limiter_for(LimitsConfig(), StateConfig(), object(), clock=Clock())  # type: ignore[arg-type]
+async def test_the_memory_backend_is_per_process() -> None:
+    async with open_backend(StateConfig()) as backend:
+        limiter = backend.limiter(30.0, Clock())
     assert isinstance(limiter, MemoryLimiter) and not limiter.shared
+    assert not BACKENDS[StateBackend.MEMORY].shared
     assert StateConfig().backend is StateBackend.MEMORY
+
+
+@needs_redis
+async def test_the_redis_limiter_is_built_on_its_store_s_connection() -> None:
+    """No downcast of the store: the row builds both on the one connection it opens."""
+    async with open_redis() as redis, open_backend(redis_config(redis)) as backend:
+        limiter = backend.limiter(30.0, trio.current_time)
+        assert isinstance(limiter, RedisLimiter) and limiter.shared
+        assert limiter._connection is backend.store._connection  # type: ignore[attr-defined]
+    assert BACKENDS[StateBackend.REDIS].shared
+
+
+def test_every_backend_has_a_row() -> None:
+    assert set(BACKENDS) == set(StateBackend)
+    assert all(row.backend is backend for backend, row in BACKENDS.items())

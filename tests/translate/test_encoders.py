@@ -182,13 +182,13 @@ def test_responses_parallel_calls_are_items_in_the_order_they_were_added() -> No
     assert reasoning.type == "reasoning"
     assert reasoning.content is not None
     assert reasoning.content[0].text == "Let me check both."
-    assert reasoning.encrypted_content is None  # the client did not ask for the carrier
+    assert reasoning.encrypted_content is None  # the client did not ask for the envelope
     assert final.usage is not None
     assert final.usage.output_tokens_details.reasoning_tokens == 7
 
 
-def test_responses_reasoning_rides_in_the_carrier_when_the_client_asks() -> None:
-    _, body = responses(PARALLEL_CALLS, reasoning_carrier=True)
+def test_responses_reasoning_rides_in_the_envelope_when_the_client_asks() -> None:
+    _, body = responses(PARALLEL_CALLS, reasoning_envelope=True)
     (reasoning, *_) = checks.responses_final(body).output
     assert reasoning.type == "reasoning"
     assert reasoning.encrypted_content == wrap_reasoning("Let me check both.")
@@ -331,7 +331,7 @@ def test_responses_echoes_the_request_fields_it_was_given() -> None:
 
 
 def test_responses_body_is_the_whole_response() -> None:
-    encoder, _ = responses(PARALLEL_CALLS, tool_names=TOOL_NAMES, reasoning_carrier=True)
+    encoder, _ = responses(PARALLEL_CALLS, tool_names=TOOL_NAMES, reasoning_envelope=True)
     response = checks.responses_body(encoder.body())
     assert response.status == "completed"
     assert [item.type for item in response.output] == [

@@ -92,7 +92,7 @@ async def test_a_responses_client_gets_a_chat_upstreams_tool_call_as_responses_e
     assert any("web_search" in d for d in outcome.dropped)
 
 
-async def test_the_reasoning_carrier_comes_back_as_reasoning_content_next_turn(
+async def test_the_reasoning_envelope_comes_back_as_reasoning_content_next_turn(
     start_upstream: Any, proxai_for: Any
 ) -> None:
     def two_turns(url: str) -> Any:
@@ -127,7 +127,7 @@ async def test_the_reasoning_carrier_comes_back_as_reasoning_content_next_turn(
 async def test_reasoning_the_sdk_sends_back_as_received_reaches_the_chat_upstream(
     start_upstream: Any, proxai_for: Any
 ) -> None:
-    """No ``include`` (so no carrier): the openai SDK's output items go back as they are,
+    """No ``include`` (so no envelope): the openai SDK's output items go back as they are,
     ``input=[..., *previous.output, function_call_output]``, as SDK users write it."""
 
     def two_turns(url: str) -> Any:

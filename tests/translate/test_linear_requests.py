@@ -120,7 +120,7 @@ SHAPES: list[tuple[str, WireApi, WireApi, Callable[[int], Body]]] = [
         lambda n: _responses([{"role": "assistant", "content": "t" * 40}] * n),
     ),
     (
-        "reasoning carriers in one turn",
+        "reasoning envelopes in one turn",
         RESPONSES,
         CHAT,
         lambda n: _responses(
@@ -186,7 +186,7 @@ def test_request_translation_grows_linearly(
     client: WireApi, upstream: WireApi, build: Callable[[int], Body]
 ) -> None:
     """System prompts joined to the leading one, consecutive assistant texts and reasoning
-    carriers joined to their message: each was added by copying what came before."""
+    envelopes joined to their message: each was added by copying what came before."""
     assert_linear(translation(client, upstream, build), 1000)
 
 

@@ -245,7 +245,7 @@ SHELL_PARAMETERS = {
 
 def codex_request(history: list[JSON]) -> dict[str, JSON]:
     """A request shaped as Codex sends it: instructions, a developer message, the
-    environment, function + freeform + hosted tools, reasoning with its carrier."""
+    environment, function + freeform + hosted tools, reasoning with its envelope."""
     return {
         "model": "gpt-5.4",
         "instructions": CODEX_INSTRUCTIONS,
@@ -336,7 +336,7 @@ def test_a_codex_first_turn_becomes_the_expected_chat_body() -> None:
         "stream_options": {"include_usage": True},
     }
     assert ctx.custom_tools == frozenset({"apply_patch"})
-    assert ctx.reasoning_carrier is True
+    assert ctx.reasoning_envelope is True
     assert ctx.dropped == ["tools.web_search", "reasoning.summary", "prompt_cache_key"]
     assert ctx.echo["instructions"] == CODEX_INSTRUCTIONS
     assert ctx.echo["reasoning"] == {"effort": "medium", "summary": "auto"}
@@ -398,7 +398,7 @@ def test_a_codex_second_turn_restores_reasoning_and_groups_its_calls() -> None:
     assert "input.reasoning" not in ctx.dropped
 
 
-def test_reasoning_that_is_not_proxais_carrier_is_dropped_never_a_user_message() -> None:
+def test_reasoning_that_is_not_proxais_envelope_is_dropped_never_a_user_message() -> None:
     history = [
         {
             "type": "reasoning",
@@ -423,7 +423,7 @@ def _reasoning_then_call(reasoning: dict[str, JSON]) -> dict[str, JSON]:
 @pytest.mark.parametrize(
     ("reasoning", "restored"),
     [
-        # As proxai streamed it and the openai SDK hands it back (no carrier asked for).
+        # As proxai streamed it and the openai SDK hands it back (no envelope asked for).
         (
             {
                 "type": "reasoning",
@@ -458,7 +458,7 @@ def _reasoning_then_call(reasoning: dict[str, JSON]) -> dict[str, JSON]:
             },
             "**Plan** Run the tests.\n\nThen fix.",
         ),
-        # The item's own text wins over its summary; proxai's carrier over both.
+        # The item's own text wins over its summary; proxai's envelope over both.
         (
             {
                 "type": "reasoning",
@@ -1859,7 +1859,7 @@ def test_codex_on_an_anthropic_upstream_goes_through_chat() -> None:
     assert out["tools"][1]["input_schema"]["properties"] == {"input": {"type": "string"}}
     assert out["thinking"] == {"type": "enabled", "budget_tokens": 8192}
     assert ctx.custom_tools == frozenset({"apply_patch"})
-    assert ctx.reasoning_carrier is True
+    assert ctx.reasoning_envelope is True
     assert ctx.echo["instructions"] == CODEX_INSTRUCTIONS
     assert ctx.include_usage is False  # only a Chat client reads it
     assert ctx.dropped == [
@@ -1959,7 +1959,7 @@ def test_a_history_through_chat_and_back_to_anthropic_keeps_roles_alternating(
 
 @st.composite
 def responses_histories(draw: st.DrawFn) -> tuple[list[JSON], list[str]]:
-    """A Codex-like history: user turns, then model turns of reasoning (proxai's carrier or
+    """A Codex-like history: user turns, then model turns of reasoning (proxai's envelope or
     an opaque blob), commentary and function or freeform calls, each call answered; and the
     reasoning that must come back (proxai's, in a turn with a message or a call)."""
     items: list[JSON] = [{"role": "user", "content": draw(_texts)}]

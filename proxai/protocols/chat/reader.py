@@ -21,13 +21,14 @@ A stream proxai ends itself gets ``data: {"error": {...}}`` then
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
 from ...errors import ending_code
-from ...outcome import OutcomeKind
-from ...wire.json_values import str_or_none
+from ...outcome import OutcomeKind, Usage
+from ...wire.json_values import count_or_none, field_of, str_or_none
 from ...wire.sse import Frames, SSEFrame, sse_frame
 from ..aggregate import Aggregate
 from ..observer import UNREAD
@@ -51,6 +52,20 @@ def synthesized_error(message: str, *, code: str = "server_error") -> Frames:
     """The error chunk and ``[DONE]`` proxai ends a broken Chat Completions stream with."""
     error = {"message": message, "type": "server_error", "param": None, "code": code}
     return [sse_frame(None, {"error": error}), DONE_FRAME]
+
+
+def chat_usage(usage: Mapping[str, Any]) -> Usage:
+    """Chat's ``usage`` (``prompt_tokens``, ``completion_tokens`` and their details) in
+    proxai's one shape; OpenAI's other endpoints (embeddings, completions) report the same."""
+    return Usage(
+        input_tokens=count_or_none(usage.get("prompt_tokens")),
+        cached_tokens=count_or_none(field_of(usage.get("prompt_tokens_details"), "cached_tokens")),
+        output_tokens=count_or_none(usage.get("completion_tokens")),
+        reasoning_tokens=count_or_none(
+            field_of(usage.get("completion_tokens_details"), "reasoning_tokens")
+        ),
+        total_tokens=count_or_none(usage.get("total_tokens")),
+    )
 
 
 class ChatReader:
@@ -252,6 +267,9 @@ class ChatReader:
         arguments = function.get("arguments")
         if isinstance(arguments, str) and arguments:
             tracker.progress(item, arguments)
+
+    def usage_of(self, usage: Mapping[str, Any]) -> Usage:
+        return chat_usage(usage)
 
     def closing(self, kind: OutcomeKind, message: str) -> Frames:
         return synthesized_error(message, code=ending_code(kind))

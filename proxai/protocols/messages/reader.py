@@ -19,12 +19,13 @@ went away.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
-from ...outcome import TRY_AGAIN, OutcomeKind
-from ...wire.json_values import str_or_none
+from ...outcome import TRY_AGAIN, OutcomeKind, Usage
+from ...wire.json_values import count_or_none, str_or_none
 from ...wire.sse import Frames, sse_frame
 from ..observer import UNREAD
 from ..tracking import TrackedItem, TrackingObserver
@@ -44,6 +45,23 @@ def synthesized_error(message: str, *, error_type: str = "api_error") -> Frames:
     """An ``error`` event in the shape the Messages API streams it."""
     payload = {"type": "error", "error": {"type": error_type, "message": message}}
     return [sse_frame("error", payload)]
+
+
+def messages_usage(usage: Mapping[str, Any]) -> Usage:
+    """Messages' ``usage`` in proxai's one shape: Anthropic counts the input tokens read
+    from and written to its cache apart from ``input_tokens``; they are added in, as
+    OpenAI's APIs (and OpenTelemetry's GenAI conventions) count them."""
+    given = count_or_none(usage.get("input_tokens"))
+    read = count_or_none(usage.get("cache_read_input_tokens"))
+    write = count_or_none(usage.get("cache_creation_input_tokens"))
+    if read is not None or write is not None:
+        given = (given or 0) + (read or 0) + (write or 0)
+    return Usage(
+        input_tokens=given,
+        cached_tokens=read,
+        cache_write_tokens=write,
+        output_tokens=count_or_none(usage.get("output_tokens")),
+    )
 
 
 class MessagesReader:
@@ -153,6 +171,9 @@ class MessagesReader:
         for key, value in usage.items():
             if key in merged or len(merged) < MAX_USAGE_KEYS:
                 merged[key] = value
+
+    def usage_of(self, usage: Mapping[str, Any]) -> Usage:
+        return messages_usage(usage)
 
     def closing(self, kind: OutcomeKind, message: str) -> Frames:
         error_type = "overloaded_error" if kind in TRY_AGAIN else "api_error"

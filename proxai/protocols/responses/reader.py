@@ -22,13 +22,14 @@ synthesized ``response.failed`` looks like the upstream's own.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import orjson
 
 from ...errors import ending_code
-from ...outcome import OutcomeKind
+from ...outcome import OutcomeKind, Usage
+from ...wire.json_values import count_or_none, field_of
 from ...wire.sse import Frames, sse_frame
 from ..aggregate import Aggregate
 from ..observer import UNREAD
@@ -125,6 +126,20 @@ def synthesized_error(
 
 #: What a text part no delta came for spelled.
 _NO_DELTAS = Aggregate()
+
+
+def responses_usage(usage: Mapping[str, Any]) -> Usage:
+    """Responses' ``usage`` (``input_tokens``, ``output_tokens`` and their details) in
+    proxai's one shape."""
+    return Usage(
+        input_tokens=count_or_none(usage.get("input_tokens")),
+        cached_tokens=count_or_none(field_of(usage.get("input_tokens_details"), "cached_tokens")),
+        output_tokens=count_or_none(usage.get("output_tokens")),
+        reasoning_tokens=count_or_none(
+            field_of(usage.get("output_tokens_details"), "reasoning_tokens")
+        ),
+        total_tokens=count_or_none(usage.get("total_tokens")),
+    )
 
 
 class ResponsesReader:
@@ -330,6 +345,9 @@ class ResponsesReader:
                             text,
                             part["text"],
                         )
+
+    def usage_of(self, usage: Mapping[str, Any]) -> Usage:
+        return responses_usage(usage)
 
     def closing(self, kind: OutcomeKind, message: str) -> Frames:
         if self._last_sequence is not None:

@@ -318,7 +318,7 @@ class ResponsesEncoder(EncoderBase):
             reasoning: dict[str, Any] = {"id": item.id, "type": "reasoning", "summary": []}
             if not fresh:
                 reasoning["content"] = [{"type": "reasoning_text", "text": text}]
-                if self._ctx.reasoning_carrier:
+                if self._ctx.reasoning_envelope:
                     reasoning["encrypted_content"] = wrap_reasoning(text)
             return reasoning
         return {

@@ -13,7 +13,7 @@ Anthropic's alphabet (:func:`~proxai.translate.ir.escape_tool_id`) are unescaped
 
 Thinking in the history is never refused either: its text goes back as
 ``reasoning_content`` (DeepSeek-style upstreams want it) when proxai wrote it
-(its signature is proxai's carrier, or empty), and a real Anthropic thinking
+(its signature is proxai's envelope, or empty), and a real Anthropic thinking
 block, which only Anthropic can read, is dropped.
 """
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...config import TranslationOptions
-from ..ir import REASONING_CARRIER_PREFIX, TranslationContext, unescape_tool_id
+from ..ir import REASONING_ENVELOPE_PREFIX, TranslationContext, unescape_tool_id
 from ._common import (
     PARTS_JOINER,
     SECTIONS_JOINER,
@@ -202,7 +202,7 @@ class _History:
                 calls.append({"id": call_id, "type": "function", "function": function})
             elif kind == "thinking":
                 signature = block.get("signature")
-                if not signature or str(signature).startswith(REASONING_CARRIER_PREFIX):
+                if not signature or str(signature).startswith(REASONING_ENVELOPE_PREFIX):
                     reasoning.append(text_of(block.get("thinking"), f"{here}.thinking"))
                 else:
                     drop(self.ctx, "messages.thinking")

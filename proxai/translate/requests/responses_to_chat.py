@@ -8,8 +8,8 @@ in ``ctx.dropped``, or refused when the upstream is configured strict.
 
 Reasoning comes back statelessly as ``reasoning_content`` on the next
 assistant message (DeepSeek-style upstreams refuse a conversation whose
-reasoning was not sent back): from proxai's carrier in ``encrypted_content``
-(behind :data:`~proxai.translate.ir.REASONING_CARRIER_PREFIX`), else from the
+reasoning was not sent back): from proxai's envelope in ``encrypted_content``
+(behind :data:`~proxai.translate.ir.REASONING_ENVELOPE_PREFIX`), else from the
 item's own ``reasoning_text`` parts, else from its ``summary``. A reasoning
 item with no text is dropped, never turned into a user message.
 """
@@ -139,7 +139,7 @@ def responses_to_chat(
     """The Chat Completions request for a Responses request ``body``; fills ``ctx``."""
     _refuse_stateful(body)
     include = [v for v in as_list(body.get("include"), "include") if isinstance(v, str)]
-    ctx.reasoning_carrier = REASONING_INCLUDE in include
+    ctx.reasoning_envelope = REASONING_INCLUDE in include
     for value in include:
         if value != REASONING_INCLUDE:
             drop(ctx, f"include.{value}")
@@ -350,12 +350,12 @@ class _History:
 
 
 def _reasoning_text(item: dict[str, JSON]) -> str | None:
-    """The text a reasoning item carries, as a Chat upstream takes it back: proxai's carrier,
+    """The text a reasoning item carries, as a Chat upstream takes it back: proxai's envelope,
     else the item's own ``reasoning_text`` parts (what proxai streamed, which clients send
     back as they got it), else its ``summary_text`` parts (all an OpenAI item shows). Parts
     of another shape are skipped: a reasoning item is never worth a refusal."""
-    carrier = item.get("encrypted_content")
-    text = unwrap_reasoning(carrier if isinstance(carrier, str) else None)
+    envelope = item.get("encrypted_content")
+    text = unwrap_reasoning(envelope if isinstance(envelope, str) else None)
     if text is not None:
         return text
     text = "".join(_part_texts(item.get("content"), "reasoning_text"))

@@ -1,6 +1,6 @@
-"""proxai's reasoning carriers never reach a native upstream (issue 20, item 14).
+"""proxai's reasoning envelopes never reach a native upstream (issue 20, item 14).
 
-A turn answered by a Chat upstream through translation leaves proxai's carriers in the
+A turn answered by a Chat upstream through translation leaves proxai's envelopes in the
 client's history (a Responses reasoning item with ``encrypted_content`` =
 ``proxai-reasoning-v1.…``, an Anthropic thinking block signed
 ``proxai-reasoning-v1.unsigned``); when the next turn fails over to OpenAI or Anthropic
@@ -20,12 +20,12 @@ import trio
 from proxai.protocols.names import WireApi
 from proxai.testing import Script, Send
 from proxai.testing.seed import turn2_script
-from proxai.translate.carriers import (
-    CARRIER_MARK,
+from proxai.translate.ir import THINKING_SIGNATURE, wrap_reasoning
+from proxai.translate.reasoning_envelopes import (
+    REASONING_ENVELOPE_MARK,
     carries_proxai_reasoning,
     strip_proxai_reasoning,
 )
-from proxai.translate.ir import THINKING_SIGNATURE, wrap_reasoning
 from tests.helpers import (
     CHAT_UPSTREAM,
     REAL_TIMEOUTS,
@@ -76,7 +76,7 @@ def messages_body(*messages: JSON, **fields: JSON) -> dict[str, JSON]:
 # --- the rewrite, sans-io -------------------------------------------------------------------
 
 
-def test_a_responses_reasoning_item_with_proxais_carrier_is_dropped_whole() -> None:
+def test_a_responses_reasoning_item_with_proxais_envelope_is_dropped_whole() -> None:
     body = {
         "model": "gpt-5.4",
         "input": [{"role": "user", "content": "hi"}, OPENAI_REASONING, PROXAI_REASONING, CALL],
@@ -170,7 +170,7 @@ def test_an_assistant_turn_that_was_only_proxais_thinking_goes_whole() -> None:
 @pytest.mark.parametrize(
     ("wire", "body"),
     [
-        # The prefix as words, or in places proxai never writes a carrier: nothing to drop.
+        # The prefix as words, or in places proxai never writes a envelope: nothing to drop.
         (RESPONSES, {"model": "m", "input": "what is proxai-reasoning-v1.?"}),
         (
             RESPONSES,
@@ -180,7 +180,7 @@ def test_an_assistant_turn_that_was_only_proxais_thinking_goes_whole() -> None:
         (MESSAGES, messages_body({"role": "assistant", "content": "proxai-reasoning-v1.x"})),
     ],
 )
-def test_a_body_with_the_prefix_but_no_carrier_is_left_alone(
+def test_a_body_with_the_prefix_but_no_envelope_is_left_alone(
     wire: WireApi, body: dict[str, JSON]
 ) -> None:
     data, dropped = strip(wire, body)
@@ -189,12 +189,12 @@ def test_a_body_with_the_prefix_but_no_carrier_is_left_alone(
 
 def test_only_bodies_holding_the_mark_are_looked_at() -> None:
     body = json.dumps({"model": "m", "input": [PROXAI_REASONING]}).encode()
-    assert CARRIER_MARK in body
+    assert REASONING_ENVELOPE_MARK in body
     assert carries_proxai_reasoning(body, RESPONSES)
     assert carries_proxai_reasoning(body, MESSAGES)
-    assert not carries_proxai_reasoning(body, CHAT)  # Chat bodies hold no carriers
+    assert not carries_proxai_reasoning(body, CHAT)  # Chat bodies hold no envelopes
     assert not carries_proxai_reasoning(body, None)
-    assert not carries_proxai_reasoning(body.replace(CARRIER_MARK, b"x"), RESPONSES)
+    assert not carries_proxai_reasoning(body.replace(REASONING_ENVELOPE_MARK, b"x"), RESPONSES)
 
 
 # --- end to end: a fail-over turn from a Chat upstream to a native one ----------------------
@@ -226,7 +226,7 @@ async def fail_over_turns(
 async def test_a_responses_turn_failing_over_to_openai_loses_proxais_reasoning_items(
     start_upstream: Any, proxai_for: Any
 ) -> None:
-    """Turn 1 from the Chat upstream (Codex asks for the carrier); turn 2 finds it down
+    """Turn 1 from the Chat upstream (Codex asks for the envelope); turn 2 finds it down
     and goes to the native Responses upstream, which must not see proxai's item."""
     answer = {
         "id": "resp_02",
@@ -265,7 +265,7 @@ async def test_a_responses_turn_failing_over_to_openai_loses_proxais_reasoning_i
     assert first.output[0].encrypted_content == wrap_reasoning("The user wants weather.")
     assert final.output_text == "22°C in Paris."
     (request,) = openai_up.requests
-    assert CARRIER_MARK not in request.body
+    assert REASONING_ENVELOPE_MARK not in request.body
     sent = json.loads(request.body)
     assert [item.get("type", "message") for item in sent["input"]] == [
         "message",
@@ -316,7 +316,7 @@ async def test_a_messages_turn_failing_over_to_anthropic_loses_proxais_thinking(
     assert first.content[0].signature == THINKING_SIGNATURE
     assert final.content[0].text == "22°C in Paris."
     (request,) = anthropic_up.requests
-    assert CARRIER_MARK not in request.body
+    assert REASONING_ENVELOPE_MARK not in request.body
     sent = json.loads(request.body)
     assistant = sent["messages"][1]
     assert [block["type"] for block in assistant["content"]] == ["text", "tool_use"]
@@ -329,11 +329,11 @@ async def test_a_messages_turn_failing_over_to_anthropic_loses_proxais_thinking(
     "body",
     [
         b'{"model":  "gpt-5.4",\n "input": [ {"role": "user", "content": "hi"} ], "stream":true}',
-        # The prefix, but no carrier of proxai's: parsed, nothing dropped, bytes kept.
+        # The prefix, but no envelope of proxai's: parsed, nothing dropped, bytes kept.
         b'{ "model": "gpt-5.4", "input": "say proxai-reasoning-v1. twice",  "stream": true }',
     ],
 )
-async def test_a_native_request_without_a_carrier_is_forwarded_byte_for_byte(
+async def test_a_native_request_without_a_envelope_is_forwarded_byte_for_byte(
     start_upstream: Any, proxai_for: Any, body: bytes
 ) -> None:
     upstream = await start_upstream([turn2_script()])

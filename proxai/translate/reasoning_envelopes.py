@@ -1,10 +1,10 @@
-"""proxai's own reasoning carriers, kept from the native upstreams that would refuse them.
+"""proxai's own reasoning envelopes, kept from the native upstreams that would refuse them.
 
 A conversation can move between a translated upstream and a native one (a
 route's fail-over: turn 1 answered by a Chat upstream, turn 2 by OpenAI or
 Anthropic itself). Its history then holds what proxai wrote for itself to
 carry reasoning statelessly: a Responses ``reasoning`` item whose
-``encrypted_content`` is proxai's carrier, an Anthropic ``thinking`` block
+``encrypted_content`` is proxai's envelope, an Anthropic ``thinking`` block
 signed with proxai's :data:`~proxai.translate.ir.THINKING_SIGNATURE`. The real
 APIs refuse both (an item id they never issued, a signature that is not
 theirs), and the conversation would stay stuck, so they are dropped on the
@@ -12,7 +12,7 @@ way to a native upstream:
 
 - Responses: the whole reasoning item. Its id is proxai's, so OpenAI would
   look it up and answer "Item with id 'rs_...' not found" without the
-  carrier, and its text (``content``) is nothing OpenAI takes back.
+  envelope, and its text (``content``) is nothing OpenAI takes back.
 - Messages: the thinking block (Anthropic lets a request leave out thinking
   from earlier turns), and an assistant message it leaves empty (Anthropic
   joins the consecutive turns around it). Anthropic insists only that the last
@@ -21,7 +21,7 @@ way to a native upstream:
   for the request (``thinking: {"type": "disabled"}``, which is what the API's
   own error suggests), with the ``clear_thinking`` context edits that need it.
 
-The caller looks for :data:`CARRIER_MARK` in the request's bytes first
+The caller looks for :data:`REASONING_ENVELOPE_MARK` in the request's bytes first
 (:func:`carries_proxai_reasoning`): a request without it is never parsed here,
 and one where nothing is dropped is forwarded as the client sent it.
 """
@@ -32,14 +32,19 @@ from collections.abc import Callable
 from typing import Any
 
 from ..protocols.names import WireApi
-from .ir import REASONING_CARRIER_PREFIX
+from .ir import REASONING_ENVELOPE_PREFIX
 
-__all__ = ["CARRIER_MARK", "STRIPPERS", "carries_proxai_reasoning", "strip_proxai_reasoning"]
+__all__ = [
+    "REASONING_ENVELOPE_MARK",
+    "STRIPPERS",
+    "carries_proxai_reasoning",
+    "strip_proxai_reasoning",
+]
 
 JSON = Any
 
-#: The bytes every carrier of proxai's starts with (JSON escapes none of them).
-CARRIER_MARK = REASONING_CARRIER_PREFIX.encode()
+#: The bytes every envelope of proxai's starts with (JSON escapes none of them).
+REASONING_ENVELOPE_MARK = REASONING_ENVELOPE_PREFIX.encode()
 #: Blocks that satisfy Anthropic's "a final assistant message must start with a thinking block".
 _THINKING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 #: Context-management edits Anthropic accepts only while thinking is on.
@@ -47,20 +52,20 @@ _THINKING_EDIT_PREFIX = "clear_thinking"
 
 
 def carries_proxai_reasoning(body: bytes, wire: WireApi | None) -> bool:
-    """Whether a request of ``wire``'s API may carry proxai's reasoning carriers: one bytes
+    """Whether a request of ``wire``'s API may carry proxai's reasoning envelopes: one bytes
     search, so a request without them costs nothing more."""
-    return wire in STRIPPERS and CARRIER_MARK in body
+    return wire in STRIPPERS and REASONING_ENVELOPE_MARK in body
 
 
 def strip_proxai_reasoning(data: dict[str, JSON], wire: WireApi | None) -> list[str]:
-    """Drop proxai's carriers from ``data``, a ``wire`` request, in place (see the module
+    """Drop proxai's envelopes from ``data``, a ``wire`` request, in place (see the module
     docstring); the request fields dropped, as dotted paths (empty: ``data`` untouched)."""
     strip = STRIPPERS.get(wire) if wire is not None else None
     return strip(data) if strip is not None else []
 
 
-def _is_carrier(value: JSON) -> bool:
-    return isinstance(value, str) and value.startswith(REASONING_CARRIER_PREFIX)
+def _is_envelope(value: JSON) -> bool:
+    return isinstance(value, str) and value.startswith(REASONING_ENVELOPE_PREFIX)
 
 
 def _strip_responses(data: dict[str, JSON]) -> list[str]:
@@ -78,7 +83,7 @@ def _proxai_reasoning_item(item: JSON) -> bool:
     return (
         isinstance(item, dict)
         and item.get("type") == "reasoning"
-        and _is_carrier(item.get("encrypted_content"))
+        and _is_envelope(item.get("encrypted_content"))
     )
 
 
@@ -116,7 +121,7 @@ def _proxai_thinking(block: JSON) -> bool:
     return (
         isinstance(block, dict)
         and block.get("type") == "thinking"
-        and _is_carrier(block.get("signature"))
+        and _is_envelope(block.get("signature"))
     )
 
 
@@ -169,7 +174,7 @@ def _thinking_edit(edit: JSON) -> bool:
     return isinstance(kind, str) and kind.startswith(_THINKING_EDIT_PREFIX)
 
 
-#: The APIs whose requests can hold proxai's carriers (those whose encoders write them),
+#: The APIs whose requests can hold proxai's envelopes (those whose encoders write them),
 #: each with what drops them from a request.
 STRIPPERS: dict[WireApi, Callable[[dict[str, JSON]], list[str]]] = {
     WireApi.RESPONSES: _strip_responses,
