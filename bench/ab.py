@@ -40,6 +40,7 @@ def main() -> None:
     process, upstream = event_upstream()
     marginal: dict[tuple[str, int], list[float]] = {}
     fixed: dict[tuple[str, int], list[float]] = {}
+    contended = cells = 0
     try:
         with lanes(names, upstream) as found:
             for lane in found:
@@ -47,13 +48,19 @@ def main() -> None:
             for rep in range(args.reps):
                 for c in args.c:
                     for lane in found:
-                        short = cell(lane, args.mode, c, SHORT, rep)["cpu_per_stream_us"]
-                        long = cell(lane, args.mode, c, LONG, rep)["cpu_per_stream_us"]
+                        rows = [cell(lane, args.mode, c, n, rep) for n in (SHORT, LONG)]
+                        contended += sum(1 for row in rows if row["contended"])
+                        cells += len(rows)
+                        short, long = (row["cpu_per_stream_us"] for row in rows)
                         per_event = (long - short) / (LONG - SHORT)
                         marginal.setdefault((lane.name, c), []).append(per_event)
                         fixed.setdefault((lane.name, c), []).append(short - SHORT * per_event)
     finally:
         process.kill()
+    if contended:
+        print(f"CONTENDED: {contended} of {cells} cells ran while other work used the CPU")
+    else:
+        print(f"all {cells} cells quiet (other work under 5 % of a core)")
     for c in args.c:
         m = {n: statistics.median(marginal[(n, c)]) for n in names}
         f = {n: statistics.median(fixed[(n, c)]) for n in names}

@@ -78,6 +78,7 @@ from bench.common import (
     wait_port,
     workdir,
 )
+from bench.contention import quiet
 from bench.latency import percentile
 from bench.streams import Variant
 from bench.traced import OTHER, owner
@@ -350,9 +351,15 @@ async def _cell(lane: Lane, variant: Variant, c: int, k: int) -> Row:
 
 
 def cell(lane: Lane, mode: str, c: int, deltas: int, rep: int) -> Row:
+    """One cell, on a quiet machine if it can be (:func:`bench.contention.quiet`)."""
     variant = Variant(deltas, MODES[mode])
     row: Row = {"target": lane.name, "mode": mode, "concurrency": c, "deltas": deltas, "rep": rep}
-    row.update(asyncio.run(_cell(lane, variant, c, STREAMS_PER_CONNECTION[c])))
+    measured, seen = quiet(
+        lambda: asyncio.run(_cell(lane, variant, c, STREAMS_PER_CONNECTION[c])),
+        f"perevent {lane.name} {mode} c={c} deltas={deltas}",
+    )
+    row.update(measured)
+    row.update(contended=seen.contended, other_core=round(seen.other_core, 3))
     shown = {k: v for k, v in row.items() if not k.endswith("_ms")}
     log("perevent", {k: round(v, 4) if isinstance(v, float) else v for k, v in shown.items()})
     return row

@@ -1,0 +1,33 @@
+"""bench/contention.py: a cell that shares the machine with other work is seen as such."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from bench.contention import LIMIT, quiet, watch
+
+#: Busy for the given seconds, in a process that is not the bench's (its parent, a
+#: shell, exits at once: it belongs to init, as other work on the machine does).
+OTHER = "{exe} -c 'import time; t = time.monotonic() + {s}\nwhile time.monotonic() < t: pass' &"
+
+
+def test_other_work_during_a_cell_marks_it_contended() -> None:
+    subprocess.run(["sh", "-c", OTHER.format(exe=sys.executable, s=0.8)], check=True)
+    with watch() as seen:
+        time.sleep(0.6)  # the cell: the other process is busy all along
+    assert seen.contended and seen.other_core > 0.5 > LIMIT
+
+
+def test_a_contended_cell_is_run_again_and_marked() -> None:
+    runs = []
+
+    def cell() -> int:
+        runs.append(1)
+        subprocess.run(["sh", "-c", OTHER.format(exe=sys.executable, s=0.5)], check=True)
+        time.sleep(0.4)
+        return len(runs)
+
+    result, seen = quiet(cell, "a cell beside a busy process")
+    assert result == len(runs) == 3 and seen.contended
