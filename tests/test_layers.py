@@ -317,3 +317,31 @@ def test_no_module_outside_the_table_imports_an_api_s_feature() -> None:
             if imported.startswith(FEATURE_MODULES):
                 found.append(f"{module}:{line} imports {imported}")
     assert found == [], "reach the feature through its row in protocols/table.py"
+
+
+#: Where an API's usage field may be named: its own reader, decoder and encoder, the
+#: protocol table's rows (``UsageReader.key``), the test helpers; and proxai's own
+#: record, whose field is called ``usage`` whatever the API's is.
+USAGE_FIELD_NAMERS = (
+    "proxai/protocols/",
+    "proxai/translate/decoders/",
+    "proxai/translate/encoders/",
+    "proxai/testing/",
+    "proxai/ops/request_log.py",
+    "proxai/outcome.py",
+)
+
+
+def test_no_module_outside_an_api_names_its_usage_field() -> None:
+    """Issue 37 item 3: whoever reads a whole answer's usage (the pass-through scan, the
+    translator, the relay) asks the answer's API row where it is, so an API whose
+    answers keep it elsewhere (Gemini's ``usageMetadata``) is one row's word."""
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        module = str(path.relative_to(ROOT.parent))
+        if module.startswith(USAGE_FIELD_NAMERS):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Constant) and node.value in ("usage", b"usage"):
+                found.append(f"{module}:{node.lineno}")
+    assert found == [], "read the usage field's name from the API's row (UsageReader.key)"

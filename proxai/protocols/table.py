@@ -100,8 +100,22 @@ class Projection(Protocol):
 ObserverBuilder = Callable[[TimeoutsConfig, Projection | None, StreamLimits], StreamObserver]
 
 
-#: An API's usage object in proxai's one shape (its reader's ``usage_of``).
-UsageReader = Callable[[Mapping[str, Any]], Usage]
+@attrs.frozen
+class UsageReader:
+    """Where an API's whole answer reports its usage (``key``, a top-level field), and
+    its usage object in proxai's one shape (``read``: its reader's ``usage_of``): what
+    reads a whole answer's usage asks the row, never names the field."""
+
+    key: str
+    read: Callable[[Mapping[str, Any]], Usage]
+
+    def __call__(self, usage: Mapping[str, Any]) -> Usage:
+        return self.read(usage)
+
+
+CHAT_USAGE = UsageReader("usage", chat_usage)
+MESSAGES_USAGE = UsageReader("usage", messages_usage)
+RESPONSES_USAGE = UsageReader("usage", responses_usage)
 
 
 @attrs.frozen
@@ -350,7 +364,7 @@ class UpstreamProtocol:
     genai_provider: str = "openai"
     #: The usage of a whole answer on a path of no API (``/v1/embeddings``), in
     #: proxai's one shape: its provider's other endpoints report it so.
-    usage: UsageReader = chat_usage
+    usage: UsageReader = CHAT_USAGE
 
     def credential(self, key: str) -> tuple[bytes, bytes]:
         """The header carrying ``key`` to this upstream."""
@@ -375,7 +389,7 @@ APIS: tuple[Api, ...] = (
         project_responses,
         _responses_observer,
         UpstreamKind.OPENAI,
-        responses_usage,
+        RESPONSES_USAGE,
         resumes_under="/v1/responses/",
         has_instructions=True,
         sockets=RESPONSES_SOCKETS,
@@ -390,7 +404,7 @@ APIS: tuple[Api, ...] = (
         project_chat,
         lambda timeouts, request, limits: ChatObserver(timeouts, limits),
         UpstreamKind.OPENAI,
-        chat_usage,
+        CHAT_USAGE,
     ),
     Api(
         WireApi.MESSAGES,
@@ -400,7 +414,7 @@ APIS: tuple[Api, ...] = (
         project_messages,
         lambda timeouts, request, limits: MessagesObserver(timeouts, limits),
         UpstreamKind.ANTHROPIC_MESSAGES,
-        messages_usage,
+        MESSAGES_USAGE,
         local_answers=(
             LocalAnswer(
                 "/v1/messages/count_tokens", count_tokens_body, "count_tokens estimated by proxai"
@@ -463,7 +477,7 @@ UPSTREAM_PROTOCOLS: dict[UpstreamKind, UpstreamProtocol] = {
         translate_to=WireApi.MESSAGES,
         marked_by=b"anthropic-version",
         genai_provider="anthropic",
-        usage=messages_usage,
+        usage=MESSAGES_USAGE,
     ),
 }
 API_BY_WIRE = {api.wire: api for api in APIS}

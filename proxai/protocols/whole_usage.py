@@ -1,4 +1,4 @@
-"""The ``usage`` of a whole (non-streamed) JSON answer, read as its bytes pass.
+"""The usage of a whole (non-streamed) JSON answer, read as its bytes pass.
 
 A body proxai passes through unchanged is not parsed: it goes to the client read by
 read, and holding it whole for one small field would cost a copy of every body. Yet
@@ -6,8 +6,9 @@ the three APIs' whole answers all report their tokens in one top-level ``usage``
 object (Responses, Chat and Messages alike), which ``[limits] tokens_per_minute``,
 the metrics and the request log need. :class:`WholeUsage` scans the bytes as they
 pass, keeping only its place in the JSON (the nesting depth, whether it is inside a
-string), and copies out the value of the top-level ``usage`` key alone, at most
-:data:`MAX_USAGE_BYTES` of it. Sans-io: bytes in, a parsed object out.
+string), and copies out the value of one top-level key alone (the one the answer's API
+row names: ``UsageReader.key``), at most :data:`MAX_USAGE_BYTES` of it. Sans-io: bytes
+in, a parsed object out.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ MAX_USAGE_BYTES = 16 * 1024
 _STRUCTURE = re.compile(rb'["{}\[\]:,]')
 #: The rest of a string up to its closing quote (or a backslash at the piece's end).
 _IN_STRING = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*', re.DOTALL)
-_KEY = b"usage"
 
 
 def is_json_body(status: int, headers: Headers) -> bool:
@@ -44,17 +44,18 @@ def is_json_body(status: int, headers: Headers) -> bool:
 
 
 class WholeUsage:
-    """Finds the top-level ``usage`` object of a JSON body fed in any pieces."""
+    """Finds the top-level ``key`` object of a JSON body fed in any pieces."""
 
-    def __init__(self) -> None:
+    def __init__(self, key: str) -> None:
+        self._want = key.encode()
         self._depth = 0
         self._in_string = False
         self._escaped = False  # the last piece ended on a backslash inside a string
-        #: The top-level string being read (a possible key), while it could be ``usage``.
+        #: The top-level string being read (a possible key), while it could be the key.
         self._key: bytearray | None = None
-        #: The top-level string just read was ``"usage"``: a ``:`` next makes it the key.
+        #: The top-level string just read was the key: a ``:`` next makes it one.
         self._after_key = False
-        #: The value of ``usage`` as it is read (``None``: not reading it).
+        #: The key's value as it is read (``None``: not reading it).
         self._value: bytearray | None = None
         #: The value read was too large to keep: it is skipped to its end.
         self._too_large = False
@@ -62,7 +63,7 @@ class WholeUsage:
 
     @property
     def usage(self) -> dict[str, Any] | None:
-        """The body's ``usage`` object, once read whole (``None``: none yet, or not an
+        """The body's usage object, once read whole (``None``: none yet, or not an
         object, or larger than :data:`MAX_USAGE_BYTES`)."""
         return self._usage
 
@@ -90,7 +91,7 @@ class WholeUsage:
                 self._in_string = False
                 self._key_part(data, key_from, stop)
                 if self._key is not None:
-                    self._after_key = self._key == _KEY
+                    self._after_key = self._key == self._want
                     self._key = None
                 at = stop + 1
                 continue
@@ -128,7 +129,7 @@ class WholeUsage:
         if key is None:
             return
         key += data[begin:stop]
-        if len(key) > len(_KEY):
+        if len(key) > len(self._want):
             self._key = None
 
     def _value_part(self, data: bytes, begin: int, stop: int) -> None:

@@ -97,12 +97,16 @@ class PassThrough(Forwarding):
     """The upstream speaks the client's API: its bytes pass unchanged (a whole JSON
     answer's ``usage`` read as they pass)."""
 
-    def __init__(self) -> None:
+    def __init__(self, usage_key: str | None = None) -> None:
+        """``usage_key``: the top-level field of a whole answer holding its usage (the
+        answer's API row's ``UsageReader.key``; ``None``: none is read)."""
+        self._usage_key = usage_key
         self._usage: WholeUsage | None = None
 
     def start(self, head: Head) -> Head:
-        if not head.sse and is_json_body(head.status, head.headers):
-            self._usage = WholeUsage()
+        key = self._usage_key
+        if key is not None and not head.sse and is_json_body(head.status, head.headers):
+            self._usage = WholeUsage(key)
         return head
 
     def client_bytes(self, message: Body, reads: Sequence[Read]) -> Chunk:
@@ -128,6 +132,7 @@ class Translated(Forwarding):
         *,
         max_body_bytes: int,
         let_go: Callable[[], None],
+        usage_key: str | None = None,
     ) -> None:
         """``observer``: the upstream's, whose reader's items the translator reads;
         ``let_go``: closes the upstream (the relay's reader), when translating fails."""
@@ -137,11 +142,16 @@ class Translated(Forwarding):
         self._outcome = outcome
         self._max_body_bytes = max_body_bytes
         self._let_go = let_go
+        self._usage_key = usage_key
 
     def start(self, head: Head) -> Head:
         translator = self._translator
         translator.start(
-            head.status, head.headers, sse=head.sse, max_body_bytes=self._max_body_bytes
+            head.status,
+            head.headers,
+            sse=head.sse,
+            max_body_bytes=self._max_body_bytes,
+            usage_key=self._usage_key,
         )
         self._outcome.translation = translator.pair
         self._outcome.dropped = list(translator.context.dropped)

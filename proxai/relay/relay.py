@@ -300,6 +300,7 @@ class Relay:
             assert target is not None
             if head.sse:
                 self._observer = target.observer_factory(target.timeouts)
+            usage_key = target.usage.key if target.usage is not None else None
             if target.translator is not None:
                 self._forwarding = Translated(
                     target.translator(),
@@ -307,7 +308,10 @@ class Relay:
                     self._observer,
                     max_body_bytes=self._exchange.max_translated_body_bytes,
                     let_go=self._reader_scope.cancel,
+                    usage_key=usage_key,
                 )
+            elif not head.sse:
+                self._forwarding = PassThrough(usage_key)
             head = self._forwarding.start(head)
             self._observer.on_start(head.at)
             await client.send(head)

@@ -82,6 +82,7 @@ class ResponseTranslator:
         #: The whole body held so far (decoded): one buffer, grown in place.
         self._body = bytearray()
         self._max_body_bytes = DEFAULT_MAX_BODY_BYTES
+        self._usage_key: str | None = None  # the upstream API row's, from start()
         self._held = 0  # bytes held for a response made whole (the upstream's, decoded)
         self._inflater: Inflater | None = None
         self._unreadable = False  # an error body in a coding proxai cannot undo
@@ -124,9 +125,13 @@ class ResponseTranslator:
         *,
         sse: bool = False,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        usage_key: str | None = None,
     ) -> None:
         """The upstream's head: its status, headers and whether its body is an event stream;
-        ``max_body_bytes``: the most of a body held to make the client's response whole."""
+        ``max_body_bytes``: the most of a body held to make the client's response whole;
+        ``usage_key``: the top-level field of a whole answer holding its usage (the
+        upstream API row's; ``None``: none is read)."""
+        self._usage_key = usage_key
         self._status = status
         self._max_body_bytes = max_body_bytes
         self._upstream_sse = sse
@@ -375,7 +380,7 @@ class ResponseTranslator:
             )
             return []
         del raw  # the parsed body is all that is needed now
-        usage = data.get("usage")
+        usage = data.get(self._usage_key) if self._usage_key is not None else None
         self.whole_usage = usage if isinstance(usage, dict) else None
         out: Frames = []
         for event in self._decoder.decode_body(data):

@@ -37,7 +37,7 @@ BODIES: list[dict[str, Any]] = [
 
 
 def scanned(data: bytes, cuts: list[int]) -> dict[str, Any] | None:
-    scanner = WholeUsage()
+    scanner = WholeUsage("usage")
     at = 0
     for cut in [*sorted(cuts), len(data)]:
         scanner.feed(data[at:cut])
@@ -97,3 +97,13 @@ def test_only_2xx_json_bodies_are_scanned() -> None:
     assert not is_json_body(429, json_head)
     assert not is_json_body(200, [(b"content-type", b"audio/mpeg")])
     assert not is_json_body(200, [])
+
+
+def test_the_key_is_the_rows_not_a_guess() -> None:
+    """An API whose whole answers keep their usage under another key (Gemini's
+    ``usageMetadata``) is read by that key, and a ``usage`` beside it is not."""
+    scanner = WholeUsage("usageMetadata")
+    body = b'{"usage": {"x": 1}, "usageMetadata": {"promptTokenCount": 3}}'
+    for at in range(0, len(body), 5):
+        scanner.feed(body[at : at + 5])
+    assert scanner.usage == {"promptTokenCount": 3}
