@@ -94,8 +94,9 @@ def watch() -> Iterator[Watch]:
         wall = time.monotonic() - started
         other = (busy_after - busy_before) - (own_after - own_before)
         result.wall_s = wall
-        # A tick's rounding is not contention: at most one tick per core either way.
-        slack = 2 * (os.cpu_count() or 1) * _TICK_NS
+        # /proc/stat counts whole ticks per core: the difference of two reads is short
+        # by less than one tick per core, which is not contention.
+        slack = (os.cpu_count() or 1) * _TICK_NS
         result.other_core = max(0, other - slack) / 1e9 / wall if wall > 0 else 0.0
 
 
