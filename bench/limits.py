@@ -46,6 +46,7 @@ from bench.common import (
     wait_port,
     workdir,
 )
+from bench.contention import quiet
 from bench.latency import measure, percentile
 
 DELTAS = 20
@@ -70,9 +71,12 @@ def redis_server(wd: Any, port: int) -> subprocess.Popen[bytes]:
 
 
 def one(name: str, port: int, pids: list[int], redis: int, c: int, n: int, rep: int) -> Row:
-    before, redis_before = cpu_ns(pids), cpu_ns([redis])
-    samples = asyncio.run(measure(port, c, n))
-    cpu, redis_cpu = cpu_ns(pids) - before, cpu_ns([redis]) - redis_before
+    def measured() -> tuple[dict[str, list[float]], int, int]:
+        before, redis_before = cpu_ns(pids), cpu_ns([redis])
+        samples = asyncio.run(measure(port, c, n))
+        return samples, cpu_ns(pids) - before, cpu_ns([redis]) - redis_before
+
+    (samples, cpu, redis_cpu), seen = quiet(measured, f"limits {name} c={c}")
     streams = len(samples["ttfb"]) + 2 * c  # the warm-ups count too
     row: Row = {
         "target": name,
@@ -84,6 +88,8 @@ def one(name: str, port: int, pids: list[int], redis: int, c: int, n: int, rep: 
         "last_byte_p50_ms": percentile(samples["last_byte"], 50),
         "cpu_us_per_stream": cpu / 1000 / streams,
         "redis_cpu_us_per_stream": redis_cpu / 1000 / streams,
+        "contended": seen.contended,
+        "other_core": round(seen.other_core, 3),
     }
     log("limits", {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()})
     return row

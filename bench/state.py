@@ -59,6 +59,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,7 @@ from bench.common import (
     wait_port,
     workdir,
 )
+from bench.contention import quiet
 from bench.latency import percentile
 from bench.perevent import B_LAUNCHER, PAUSE, TIMEOUTS, check_responses, event_upstream
 from bench.streams import Variant
@@ -280,6 +282,10 @@ async def _cpu_cell(proxy: Proxy, store: bool, variant: Variant, c: int, k: int)
     }
 
 
+def _run_cpu_cell(proxy: Proxy, store: bool, variant: Variant, c: int) -> Row:
+    return asyncio.run(_cpu_cell(proxy, store, variant, c, STREAMS_PER_CONNECTION[c]))
+
+
 def cpu_cells(proxies: dict[str, Proxy], reps: int, cs: Sequence[int]) -> list[Row]:
     raw: list[Row] = []
     for _, proxy, store in CPU_VARIANTS:  # warm up each, and check a paced stream
@@ -290,10 +296,12 @@ def cpu_cells(proxies: dict[str, Proxy], reps: int, cs: Sequence[int]) -> list[R
             for name, proxy, store in CPU_VARIANTS[shift:] + CPU_VARIANTS[:shift]:
                 for deltas in LENGTHS:
                     row: Row = {"variant": name, "concurrency": c, "deltas": deltas, "rep": rep}
-                    cell = _cpu_cell(
-                        proxies[proxy], store, Variant(deltas, PAUSE), c, STREAMS_PER_CONNECTION[c]
+                    measured, seen = quiet(
+                        partial(_run_cpu_cell, proxies[proxy], store, Variant(deltas, PAUSE), c),
+                        f"state {name} c={c} deltas={deltas}",
                     )
-                    row.update(asyncio.run(cell))
+                    row.update(measured)
+                    row.update(contended=seen.contended, other_core=round(seen.other_core, 3))
                     log("state cpu", {k: _round(v) for k, v in row.items()})
                     raw.append(row)
     return raw

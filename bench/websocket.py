@@ -49,6 +49,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import orjson
@@ -78,6 +79,7 @@ from bench.common import (
     wait_port,
     workdir,
 )
+from bench.contention import quiet
 from bench.latency import percentile
 from bench.perevent import PAUSE, TIMEOUTS, event_upstream
 from bench.streams import Variant
@@ -457,7 +459,12 @@ def cpu_cells(
                 for deltas in LENGTHS:
                     row: Row = {"transport": transport, "concurrency": c, "deltas": deltas}
                     row["rep"] = rep
-                    row.update(turns(transport, c, deltas, TURNS_PER_CONNECTION[c]))
+                    measured, seen = quiet(
+                        partial(turns, transport, c, deltas, TURNS_PER_CONNECTION[c]),
+                        f"websocket {transport} c={c} deltas={deltas}",
+                    )
+                    row.update(measured)
+                    row.update(contended=seen.contended, other_core=round(seen.other_core, 3))
                     log("websocket cpu", {k: _round(v) for k, v in row.items()})
                     raw.append(row)
     return raw

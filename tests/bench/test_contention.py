@@ -31,3 +31,16 @@ def test_a_contended_cell_is_run_again_and_marked() -> None:
 
     result, seen = quiet(cell, "a cell beside a busy process")
     assert result == len(runs) == 3 and seen.contended
+
+
+def test_the_report_says_at_the_top_whether_any_cell_was_contended() -> None:
+    from bench.report import contention_banner
+
+    quiet_run = {"perevent": {"raw": [{"contended": False, "other_core": 0.0}] * 3}}
+    assert contention_banner(quiet_run)[0].startswith("All 3 watched cells ran on a quiet")
+    loaded = {
+        "perevent": {"raw": [{"contended": False, "other_core": 0.0}]},
+        "state": {"cpu": [{"contended": True, "other_core": 0.4}]},
+    }
+    assert contention_banner(loaded)[0].startswith("**CONTENDED: 1 of 2 cells")
+    assert "0.40 of a core" in contention_banner(loaded)[0]
