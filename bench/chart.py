@@ -18,6 +18,7 @@ SERIES = {  # per-event bench target: (label, colour)
     "hypercorn-paced": ("hypercorn alone", "#c4c4c4"),
     "stock-relay": ("stock relay (hypercorn + httpx)", "#8c8c8c"),
     "h11-relay": ("h11 relay", "#55a868"),
+    "shaped-relay": ("shaped relay (proxai's tasks)", "#8172b2"),
     "proxai": ("proxai", "#dd8452"),
     "proxai-translating": ("proxai translating", "#c44e52"),
 }

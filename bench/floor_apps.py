@@ -18,6 +18,10 @@ throughput bench can say how much of a stream's CPU is the stack itself:
   the *stock relay*;
 - ``h11relay``: the same relay reading the upstream with h11 on a trio socket (a
   LIFO keep-alive pool, no httpx): what the upstream read costs without httpcore.
+- ``shaped``: the h11 relay in proxai's shape (a nursery per request: a reader, an
+  observer and a writer linked by two memory channels of proxai's capacity, and a
+  watcher of the client's disconnect), each task doing nothing but pass the chunk on:
+  what the architecture costs per event and per stream before proxai does any work.
 
 The relays forward the request's path. The upstream's address comes from
 ``FLOOR_UPSTREAM`` (``http://127.0.0.1:PORT``) and the static body from
@@ -216,9 +220,92 @@ class _H11Relay:
                 return False
 
 
+class _ShapedRelay(_H11Relay):
+    """:class:`_H11Relay`'s pool and request, with proxai's four tasks per request and
+    nothing else.
+
+    Each upstream chunk goes reader → observer → writer over two channels of 4, as
+    proxai's relay does (``proxai/relay/relay.py``); the watcher cancels the nursery
+    when the client leaves. No framing, no deadlines, no observation.
+    """
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        body = await _read_body(receive)
+        stream, conn = await self._connection()
+        head = h11.Request(
+            method="POST",
+            target=scope["path"],
+            headers=[
+                ("host", urlsplit(os.environ["FLOOR_UPSTREAM"]).netloc),
+                ("content-type", "application/json"),
+                ("content-length", str(len(body))),
+            ],
+        )
+        await stream.send_all(
+            conn.send(head) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
+        )
+        reusable = False
+        to_observer, observed = trio.open_memory_channel[bytes | None](4)
+        to_writer, written = trio.open_memory_channel[bytes | None](4)
+
+        async def reader() -> None:
+            nonlocal reusable
+            async with to_observer:
+                while True:
+                    event = conn.next_event()
+                    if event is h11.NEED_DATA:
+                        conn.receive_data(await stream.receive_some(65536))
+                    elif isinstance(event, h11.Response):
+                        start = {"type": "http.response.start", "status": event.status_code}
+                        await send({**start, "headers": _HEAD})
+                    elif isinstance(event, h11.Data):
+                        await to_observer.send(bytes(event.data))
+                    else:
+                        ended = isinstance(event, h11.EndOfMessage)
+                        reusable = ended and conn.their_state is h11.DONE
+                        await to_observer.send(None)
+                        return
+
+        async def observer() -> None:
+            async with observed, to_writer:
+                async for chunk in observed:
+                    await to_writer.send(chunk)
+
+        async def writer() -> None:
+            async with written:
+                async for chunk in written:
+                    if chunk is None:
+                        await send({"type": "http.response.body", "body": b"", "more_body": False})
+                        nursery.cancel_scope.cancel()
+                        return
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+
+        async def watcher() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            nursery.cancel_scope.cancel()
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(reader)
+                nursery.start_soon(observer)
+                nursery.start_soon(writer)
+                nursery.start_soon(watcher)
+        finally:
+            if reusable and conn.our_state is h11.DONE:
+                conn.start_next_cycle()
+                self._idle.append((stream, conn))
+            else:
+                await stream.aclose()
+
+
 static = _Static()
 paced = _Paced()
 held = _Held()
 relay = _Relay(transport_only=False)
 transport = _Relay(transport_only=True)
 h11relay = _H11Relay()
+shaped = _ShapedRelay()

@@ -17,7 +17,8 @@ back). Every target is measured side by side in one run, pinned to core 1:
 - the stack's floor (``bench/floor_apps.py``, hypercorn's trio worker):
   ``hypercorn-paced`` sends the stream itself (no upstream), ``stock-relay`` is
   hypercorn + httpx's transport with one ASGI send per chunk, ``h11-relay`` reads the
-  upstream with h11 on a trio socket instead of httpx.
+  upstream with h11 on a trio socket instead of httpx, ``shaped-relay`` is that relay in
+  proxai's shape (four tasks, two channels per request), doing nothing else.
 
 Each cell runs ``k`` streams per connection on ``c`` keep-alive connections (after one
 warm-up stream each) and reads the proxy's CPU time from ``/proc/PID/task/*/schedstat``.
@@ -97,11 +98,20 @@ ORDER = (
     "hypercorn-paced",
     STOCK,
     "h11-relay",
+    "shaped-relay",
     "proxai",
     "proxai-translating",
 )
-PASS_THROUGH = ("nginx", STOCK, "h11-relay", "proxai")
-MEMORY_TARGETS = ("nginx", "hypercorn-held", STOCK, "h11-relay", "proxai", "proxai-translating")
+PASS_THROUGH = ("nginx", STOCK, "h11-relay", "shaped-relay", "proxai")
+MEMORY_TARGETS = (
+    "nginx",
+    "hypercorn-held",
+    STOCK,
+    "h11-relay",
+    "shaped-relay",
+    "proxai",
+    "proxai-translating",
+)
 #: Runs ``proxai`` from another checkout (argv[1]) for a same-run A/B (bench/ab.py).
 B_LAUNCHER = (
     "import sys; sys.path.insert(0, sys.argv.pop(1)); "
@@ -209,6 +219,7 @@ def lanes(names: Sequence[str], upstream: int, *, held: bool = False) -> Iterato
                     "hypercorn-held": "held",
                     STOCK: "transport",
                     "h11-relay": "h11relay",
+                    "shaped-relay": "shaped",
                 }[name]
                 processes.append(hypercorn_app(app, port, upstream))
             if processes and name not in ("direct", "direct-chat"):

@@ -43,11 +43,20 @@ PE_NAMES = {
     "hypercorn-paced": "hypercorn alone (sends the stream itself, no upstream)",
     "stock-relay": "stock relay (hypercorn + httpx transport)",
     "h11-relay": "h11 relay (hypercorn + h11 on a trio socket)",
+    "shaped-relay": "shaped relay (the h11 relay in proxai's four tasks and two channels)",
     "proxai": "**proxai** (pass-through)",
     "proxai-translating": "**proxai translating** (Chat upstream)",
 }
-PE_CPU = ("nginx", "hypercorn-paced", "stock-relay", "h11-relay", "proxai", "proxai-translating")
-PE_RATIO = ("hypercorn-paced", "h11-relay", "proxai", "proxai-translating")
+PE_CPU = (
+    "nginx",
+    "hypercorn-paced",
+    "stock-relay",
+    "h11-relay",
+    "shaped-relay",
+    "proxai",
+    "proxai-translating",
+)
+PE_RATIO = ("hypercorn-paced", "h11-relay", "shaped-relay", "proxai", "proxai-translating")
 
 
 def _pe_cs(rows: list[Row], mode: str) -> list[int]:
