@@ -232,9 +232,15 @@ class Usage:
         return {name: n for name, n in attrs.asdict(self).items() if n is not None}
 
 
-@attrs.define
+@attrs.define(on_setattr=attrs.setters.NO_OP)
 class Outcome:
-    """What happened to one request. Times are seconds from the request's start."""
+    """What happened to one request. Times are seconds from the request's start.
+
+    Converters run when a record is made, not on every assignment: the relay counts
+    events and bytes into it once per event, and attrs' checked ``__setattr__`` would
+    cost a Python call each time. The few lists set later are given through
+    :func:`listed` by whoever sets them.
+    """
 
     method: str
     path: str

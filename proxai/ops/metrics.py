@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -20,10 +21,13 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+from prometheus_client.metrics import MetricWrapperBase
 
 from ..config import MetricsConfig
 from ..outcome import STALLS, AttemptRecord, Outcome
 from .labels import MAX_MODELS, ModelLabels
+
+M = TypeVar("M", bound=MetricWrapperBase)
 
 __all__ = ["CONTENT_TYPE_LATEST", "MULTIPROCESS_ENV", "Metrics"]
 
@@ -44,6 +48,7 @@ class Metrics:
         self.multiprocess = bool(os.environ.get(MULTIPROCESS_ENV))
         registry = self.registry = CollectorRegistry(auto_describe=True)
         self._model = ModelLabels(route_models, max_models)
+        self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], MetricWrapperBase] = {}
         self.requests = Counter(
             "proxai_requests",
             "Requests by route, upstream, model, outcome and transport (http, or "
@@ -161,30 +166,43 @@ class Metrics:
         """The metrics of a process whose routes name ``route_models`` exactly."""
         return cls([*route_models, *config.models], config.max_models)
 
+    def _child(self, metric: M, *values: str) -> M:
+        """``metric.labels(*values)``, looked up once per label set: prometheus_client
+        checks the values and takes a lock on every call, a dozen times a request.
+        Bounded as the labels are (the models by ``max_models``, the rest by the
+        configuration and the outcome kinds)."""
+        key = (metric, values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child  # type: ignore[return-value]  # the labels of the same metric
+
     def observe(self, outcome: Outcome) -> None:
         upstream = outcome.upstream or ""
         model = self._model(outcome)
         kind = outcome.kind.value if outcome.kind else "unknown"
-        self.requests.labels(outcome.route or "", upstream, model, kind, outcome.transport).inc()
+        self._child(
+            self.requests, outcome.route or "", upstream, model, kind, outcome.transport
+        ).inc()
         if outcome.retry_refused:
             self.retries_refused.inc()
         if outcome.kind in STALLS:
-            self.stalls.labels(kind).inc()
+            self._child(self.stalls, kind).inc()
         if outcome.first_byte_s is not None:
-            self.first_byte.labels(upstream).observe(outcome.first_byte_s)
+            self._child(self.first_byte, upstream).observe(outcome.first_byte_s)
         if outcome.first_event_s is not None:
-            self.first_event.labels(upstream).observe(outcome.first_event_s)
+            self._child(self.first_event, upstream).observe(outcome.first_event_s)
         if outcome.total_s is not None:
-            self.duration.labels(upstream).observe(outcome.total_s)
+            self._child(self.duration, upstream).observe(outcome.total_s)
         if outcome.events:
-            self.events.labels(upstream).inc(outcome.events)
+            self._child(self.events, upstream).inc(outcome.events)
         if outcome.bytes_in:
-            self.bytes.labels("in").inc(outcome.bytes_in)
+            self._child(self.bytes, "in").inc(outcome.bytes_in)
         if outcome.bytes_out:
-            self.bytes.labels("out").inc(outcome.bytes_out)
+            self._child(self.bytes, "out").inc(outcome.bytes_out)
         if outcome.tokens is not None:
             for token_kind, count in outcome.tokens.counts().items():
-                self.tokens.labels(model, token_kind).inc(count)
+                self._child(self.tokens, model, token_kind).inc(count)
 
     def pools(self, upstream: str, open: int, idle: int, listed: int) -> None:
         """An upstream's pools now (set after each idle sweep, and before each scrape)."""
@@ -195,9 +213,9 @@ class Metrics:
 
     def attempt(self, attempt: AttemptRecord, index: int) -> None:
         """An upstream attempt was decided (counted at once, not when the request ends)."""
-        self.attempts.labels(attempt.upstream, attempt.result or "unknown").inc()
+        self._child(self.attempts, attempt.upstream, attempt.result or "unknown").inc()
         if index:
-            self.retries.labels(attempt.upstream).inc()
+            self._child(self.retries, attempt.upstream).inc()
 
     def exposition(self) -> bytes:
         """The text format ``/metrics`` answers with (summed over workers if several)."""

@@ -46,6 +46,7 @@ from ..outcome import (
     Usage,
     cap_depth,
     cut_name,
+    listed,
 )
 from ..wire.sse import Frames, SSEFrame
 from .aggregate import Aggregate
@@ -499,7 +500,7 @@ class TrackingObserver(StreamObserver):
         outcome.tokens = None if self.usage is None else self.reader.usage_of(self.usage)
         outcome.response_id = self.response_id
         outcome.response_model = self.response_model
-        outcome.finish_reasons = self.finish_reasons
+        outcome.finish_reasons = listed(self.finish_reasons)
         outcome.calls = [item.summary() for item in self._calls]
         outcome.calls_more = self._calls_more
         outcome.aggregates_match = None if not self._comparisons else not self._mismatches

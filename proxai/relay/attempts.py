@@ -17,7 +17,7 @@ from typing import Protocol
 import trio
 
 from ..errors import ProxyError
-from ..outcome import AttemptRecord, Outcome
+from ..outcome import AttemptRecord, Outcome, listed
 from ..policy.retry import retry_after_header
 from ..upstream.client import UpstreamReply
 from ..wire.headers import Headers
@@ -72,7 +72,7 @@ async def open_upstream(
         attempt = AttemptRecord(name, trio.current_time() - started)
         index = plan.record(attempt)
         outcome.upstream = name
-        outcome.dropped = list(target.dropped)
+        outcome.dropped = listed(target.dropped)
         headers = exchange.request.headers
         if trace is not None:
             headers = trace.attempt_started(attempt, index, headers)

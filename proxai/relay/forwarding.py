@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from ..errors import ProxyError
-from ..outcome import ENDED_WELL, Outcome, OutcomeKind
+from ..outcome import ENDED_WELL, Outcome, OutcomeKind, listed
 from ..protocols.observer import Read, StreamObserver, Verdict
 from ..protocols.tracking import TrackingObserver
 from ..protocols.whole_usage import WholeUsage, is_json_body
@@ -154,7 +154,7 @@ class Translated(Forwarding):
             usage_key=self._usage_key,
         )
         self._outcome.translation = translator.pair
-        self._outcome.dropped = list(translator.context.dropped)
+        self._outcome.dropped = listed(translator.context.dropped)
         return attrs.evolve(head, headers=translated_headers(head.headers, sse=translator.streams))
 
     def stopped(self) -> Verdict | None:

@@ -32,7 +32,7 @@ from ..errors import ProxyError
 from ..ops.capture import Capture
 from ..ops.genai import RequestFacts
 from ..ops.metrics import Metrics
-from ..outcome import Outcome, OutcomeKind
+from ..outcome import Outcome, OutcomeKind, listed
 from ..policy.retry import RetryPlan
 from ..protocols.table import UPSTREAM_PROTOCOLS
 from ..relay.exchange import Exchange, ProxiedRequest, UpstreamTarget
@@ -205,7 +205,7 @@ class Pipeline:
         raw = body.raw
         prepared = planner.prepare(incoming, raw, body.take())
         if prepared.tools is not None:
-            outcome.model, outcome.tools = prepared.model, prepared.tools
+            outcome.model, outcome.tools = prepared.model, listed(prepared.tools)
         if request.trace is not None:
             request.trace.facts = RequestFacts.of_body(
                 outcome.method, self._operation(incoming), prepared.data
