@@ -16,14 +16,15 @@ deleted or evicted answers nothing), ``delete`` one script (it reads the record'
 header for its item ids, and drops the pointers that still point into it).
 
 Every call is bounded by ``[state] timeout`` and any failure is
-:class:`~proxai.state.store.StateUnavailable`. The connection pool is a
-:class:`RedisConnection`, which lives in :meth:`RedisConnection.run`'s task and which
-any task may call: the backend's one connection, which the store here and the limiter
-(:mod:`proxai.state.redis_limits`) are both built on. Calls share connections (coredis
-multiplexes them), and a connection that died is replaced by the next call that needs
-one: a Redis that went away, or stopped answering, is served again as soon as it is
-back, with nothing to reset. A call cut off by the timeout leaves its connection in
-order (its answer, if it comes, is read and dropped).
+:class:`~proxai.state.store.StateUnavailable`. A :class:`RedisConnection` lives in
+:meth:`RedisConnection.run`'s task and any task may call it: the backend's one
+connection, which the store here and the limiter (:mod:`proxai.state.redis_limits`)
+are both built on. The hot calls (:meth:`~RedisConnection.run_script`, ``get``,
+``mget``) go on one pipelined stream (:mod:`proxai.state.redis_wire`), in the order
+they are sent; :meth:`~RedisConnection.call` is coredis's pool, for the rest (and for
+every call when the URL is one the stream does not speak). Either way a connection
+that died is replaced by the next call that needs one: a Redis that went away, or
+stopped answering, is served again as soon as it is back, with nothing to reset.
 """
 
 from __future__ import annotations
@@ -106,6 +107,10 @@ return 1
 )
 
 
+#: The text of every script the hot calls run: each connection loads them first.
+SCRIPTS: list[str | bytes] = [s.script for s in (_PUT, _DELETE, _ITEM, _CLAIM)]
+
+
 class RedisConnection:
     """The Redis backend's connection pool (see the module's docstring); started with
     ``await nursery.start(connection.run)``, ended by :meth:`aclose`."""
@@ -122,7 +127,9 @@ class RedisConnection:
         self._done = trio.Event()
         target = WireTarget.from_url(config.url)
         #: The hot calls' one pipelined connection (None: a URL it does not speak).
-        self._wire = Wire(target, timeout=config.timeout) if target is not None else None
+        self._wire = (
+            Wire(target, timeout=config.timeout, scripts=SCRIPTS) if target is not None else None
+        )
 
     def _new_client(self) -> coredis.Redis[bytes]:
         # A connection attempt gives up before the call's own deadline, so a silent

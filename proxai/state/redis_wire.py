@@ -68,8 +68,10 @@ class WireTarget:
             parts.scheme == "rediss",
         )
 
-    def handshake(self) -> list[list[bytes | str | int]]:
-        """The commands that open a connection (their replies must be OK)."""
+    def handshake(self, scripts: Sequence[str | bytes] = ()) -> list[list[bytes | str | int]]:
+        """The commands that open a connection (none may answer an error): the login,
+        the database, and ``SCRIPT LOAD`` of every script the calls will run, so no
+        ``EVALSHA`` meets ``NOSCRIPT`` and has to be sent again behind later commands."""
         commands: list[list[bytes | str | int]] = []
         if self.password is not None:
             auth: list[bytes | str | int] = ["AUTH"]
@@ -78,6 +80,7 @@ class WireTarget:
             commands.append([*auth, self.password])
         if self.db:
             commands.append(["SELECT", self.db])
+        commands += [["SCRIPT", "LOAD", script] for script in scripts]
         return commands
 
 
@@ -115,8 +118,17 @@ class Wire:
     """The pipelined connection (see the module's docstring); its tasks run in
     :meth:`run`'s nursery (``await nursery.start(wire.run)``)."""
 
-    def __init__(self, target: WireTarget, *, timeout: float, max_bytes: int = 1 << 29) -> None:
+    def __init__(
+        self,
+        target: WireTarget,
+        *,
+        timeout: float,
+        scripts: Sequence[str | bytes] = (),
+        max_bytes: int = 1 << 29,
+    ) -> None:
         self._target = target
+        #: The scripts every connection loads first (read at each connect).
+        self._scripts = scripts
         self._timeout = timeout
         self._max_bytes = max_bytes
         self._link: _Link | None = None
@@ -207,7 +219,7 @@ class Wire:
                     stream = trio.SSLStream(stream, context, server_hostname=target.host)
                     await stream.do_handshake()
                 link = _Link(stream, self._max_bytes)
-                await _handshake(link, target.handshake())
+                await _handshake(link, target.handshake(self._scripts))
         except StateUnavailable as exc:
             self._connect_failure = exc
         except trio.TooSlowError:
