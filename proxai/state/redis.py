@@ -16,14 +16,15 @@ deleted or evicted answers nothing), ``delete`` one script (it reads the record'
 header for its item ids, and drops the pointers that still point into it).
 
 Every call is bounded by ``[state] timeout`` and any failure is
-:class:`~proxai.state.store.StateUnavailable`. The connection pool is a
-:class:`RedisConnection`, which lives in :meth:`RedisConnection.run`'s task and which
-any task may call: the backend's one connection, which the store here and the limiter
-(:mod:`proxai.state.redis_limits`) are both built on. Calls share connections (coredis
-multiplexes them), and a connection that died is replaced by the next call that needs
-one: a Redis that went away, or stopped answering, is served again as soon as it is
-back, with nothing to reset. A call cut off by the timeout leaves its connection in
-order (its answer, if it comes, is read and dropped).
+:class:`~proxai.state.store.StateUnavailable`. A :class:`RedisConnection` lives in
+:meth:`RedisConnection.run`'s task and any task may call it: the backend's one
+connection, which the store here and the limiter (:mod:`proxai.state.redis_limits`)
+are both built on. The hot calls (:meth:`~RedisConnection.run_script`, ``get``,
+``mget``) go on one pipelined stream (:mod:`proxai.state.redis_wire`), in the order
+they are sent; :meth:`~RedisConnection.call` is coredis's pool, for the rest (and for
+every call when the URL is one the stream does not speak). Either way a connection
+that died is replaced by the next call that needs one: a Redis that went away, or
+stopped answering, is served again as soon as it is back, with nothing to reset.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from coredis.commands import Script
 
 from ..config import StateConfig
 from .records import RecordFormatError, StoredResponse
+from .redis_wire import Wire, WireTarget
+from .resp import ErrorReply, Reply
 from .store import StateUnavailable
 
 __all__ = ["RedisConnection", "RedisStore", "open_redis"]
@@ -104,6 +107,10 @@ return 1
 )
 
 
+#: The text of every script the hot calls run: each connection loads them first.
+SCRIPTS: list[str | bytes] = [s.script for s in (_PUT, _DELETE, _ITEM, _CLAIM)]
+
+
 class RedisConnection:
     """The Redis backend's connection pool (see the module's docstring); started with
     ``await nursery.start(connection.run)``, ended by :meth:`aclose`."""
@@ -118,6 +125,11 @@ class RedisConnection:
         self._ready = trio.Event()  # set: a pool is open (or never will be again)
         self._closing = False
         self._done = trio.Event()
+        target = WireTarget.from_url(config.url)
+        #: The hot calls' one pipelined connection (None: a URL it does not speak).
+        self._wire = (
+            Wire(target, timeout=config.timeout, scripts=SCRIPTS) if target is not None else None
+        )
 
     def _new_client(self) -> coredis.Redis[bytes]:
         # A connection attempt gives up before the call's own deadline, so a silent
@@ -129,7 +141,16 @@ class RedisConnection:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Hold a connection pool open until :meth:`aclose` (a new one should it fail).
         Redis need not be up: connections are made by the calls, as needed."""
-        task_status.started()
+        async with trio.open_nursery() as nursery:
+            if self._wire is not None:
+                await nursery.start(self._wire.run)
+            task_status.started()
+            try:
+                await self._hold_pool()
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def _hold_pool(self) -> None:
         try:
             while not self._closing:
                 client = self._new_client()
@@ -158,6 +179,8 @@ class RedisConnection:
         if self._done.is_set():
             return
         self._closing = True
+        if self._wire is not None:
+            self._wire.close()
         self._closed.set()
         await self._done.wait()
 
@@ -182,8 +205,39 @@ class RedisConnection:
     async def run_script(
         self, script: Script[bytes], keys: list[str], args: list[str | bytes | int]
     ) -> Any:
-        """One Lua script, one round trip, under the timeout; raises StateUnavailable."""
-        return await self.call(lambda client: script(keys=keys, args=args, client=client))
+        """One Lua script, one round trip (``EVALSHA``; ``EVAL`` once if Redis does not
+        hold it yet), under the timeout; raises StateUnavailable."""
+        wire = self._wire
+        if wire is None:
+            return await self.call(lambda client: script(keys=keys, args=args, client=client))
+        reply = await wire.call(["EVALSHA", script.sha, len(keys), *keys, *args])
+        if isinstance(reply, ErrorReply) and reply.kind == "NOSCRIPT":
+            reply = await wire.call(["EVAL", script.script, len(keys), *keys, *args])
+        return _answer(reply)
+
+    async def get(self, key: str) -> bytes | None:
+        """``GET key``; raises StateUnavailable."""
+        wire = self._wire
+        if wire is None:
+            return await self.call(lambda client: client.get(key))
+        reply = _answer(await wire.call(["GET", key]))
+        return reply if isinstance(reply, bytes) else None
+
+    async def mget(self, keys: Sequence[str]) -> list[bytes | None]:
+        """``MGET keys``; raises StateUnavailable."""
+        wire = self._wire
+        if wire is None:
+            return list(await self.call(lambda client: client.mget(keys)))
+        reply = _answer(await wire.call(["MGET", *keys]))
+        assert isinstance(reply, list)
+        return [v if isinstance(v, bytes) else None for v in reply]
+
+
+def _answer(reply: Reply) -> Reply:
+    """A reply, or the StateUnavailable of an error reply (its kind, never its text)."""
+    if isinstance(reply, ErrorReply):
+        raise StateUnavailable(f"Redis: {reply.kind}")
+    return reply
 
 
 class RedisStore:
@@ -207,7 +261,7 @@ class RedisStore:
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse | None:
         key = self._record_key(tenant, response_id)
-        data = await self._connection.call(lambda client: client.get(key))
+        data = await self._connection.get(key)
         if data is None:
             return None
         try:
@@ -225,19 +279,17 @@ class RedisStore:
         for item_id, offset, length in record.item_spans():
             keys.append(items + item_id)
             args.append(f"{offset} {length} {rec}")
-        await self._connection.call(lambda client: _PUT(keys=keys, args=args, client=client))
+        await self._connection.run_script(_PUT, keys, args)
 
     async def delete(self, tenant: str, response_id: str) -> bool:
         keys = [self._record_key(tenant, response_id)]
-        args = [self._items_prefix(tenant)]
-        dropped: Any = await self._connection.call(
-            lambda client: _DELETE(keys=keys, args=args, client=client)
-        )
+        args: list[str | bytes | int] = [self._items_prefix(tenant)]
+        dropped: Any = await self._connection.run_script(_DELETE, keys, args)
         return bool(dropped)
 
     async def item(self, tenant: str, item_id: str) -> bytes | None:
         keys = [self._items_prefix(tenant) + item_id]
-        found: Any = await self._connection.call(lambda client: _ITEM(keys=keys, client=client))
+        found: Any = await self._connection.run_script(_ITEM, keys, [])
         return found if isinstance(found, bytes) else None
 
     def _owner_key(self, claimed: str) -> str:
@@ -248,13 +300,13 @@ class RedisStore:
             return
         keys = [self._owner_key(i) for i in ids]
         args: list[str | bytes | int] = [tenant, self._ttl_ms]
-        await self._connection.call(lambda client: _CLAIM(keys=keys, args=args, client=client))
+        await self._connection.run_script(_CLAIM, keys, args)
 
     async def owners(self, ids: Sequence[str]) -> tuple[str | None, ...]:
         if not ids:
             return ()
         keys = [self._owner_key(i) for i in ids]
-        found: Any = await self._connection.call(lambda client: client.mget(keys))
+        found = await self._connection.mget(keys)
         return tuple(v.decode() if isinstance(v, bytes) else None for v in found)
 
 

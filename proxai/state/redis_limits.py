@@ -24,7 +24,7 @@ import attrs
 from coredis.commands import Script
 
 from ..policy.limits import Decision, Held, KeyRule, KeyUse, Limit, Release, WindowView
-from .redis import RedisConnection
+from .redis import SCRIPTS, RedisConnection
 
 __all__ = ["RedisLimiter"]
 
@@ -145,6 +145,9 @@ end
 return 1
 """
 )
+
+
+SCRIPTS.extend(s.script for s in (_ADMIT, _FINISH, _RENEW))
 
 
 @attrs.define
