@@ -48,6 +48,9 @@ MAX_LISTED = 32
 MAX_NAME = 128
 
 
+#: What nests in parsed JSON (a tuple: ``dict | list`` would be built at every test).
+_NESTED = (dict, list)
+
 def cut_name(name: str) -> str:
     """``name`` as the record keeps it: at most :data:`MAX_NAME` characters, a cut one ending
     in ``…``."""
@@ -323,7 +326,7 @@ def cap_depth(value: Any, depth: int) -> tuple[Any, bool]:
 
     Iterative: an upstream's JSON can nest a thousand levels, past Python's stack.
     """
-    if not isinstance(value, dict | list):
+    if not isinstance(value, _NESTED):
         return value, False
     if depth < 1:
         return None, True
@@ -335,7 +338,7 @@ def cap_depth(value: Any, depth: int) -> tuple[Any, bool]:
     while pending:
         source, copy, level = pending.pop()
         for key, inner in source.items() if isinstance(source, dict) else enumerate(source):
-            if isinstance(inner, dict | list):
+            if isinstance(inner, _NESTED):
                 if level < depth:
                     kept: Any = {} if isinstance(inner, dict) else []
                     pending.append((inner, kept, level + 1))

@@ -38,6 +38,9 @@ _NAMED_STEPS = 12
 T = TypeVar("T")
 
 
+#: What nests in parsed JSON (a tuple: ``dict | list`` would be built at every test).
+_NESTED = (dict, list)
+
 def load_json_object(body: bytes) -> dict[str, Any]:
     """Parse ``body`` as a JSON object or raise :class:`ProxyError` (400, ``invalid_json``)."""
     try:
@@ -131,7 +134,7 @@ def deepest(value: Any) -> tuple[int, str]:
             best = (level, path)
         # Reversed, so the first deepest in document order is found first.
         for here, inner in reversed(list(items)):
-            if isinstance(inner, dict | list):
+            if isinstance(inner, _NESTED):
                 pending.append((inner, level + 1, here))
     return best
 
