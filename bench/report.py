@@ -1214,10 +1214,13 @@ def setup_section(res: dict[str, Any]) -> list[str]:
         "(`proxai serve --config FILE`, one process; `proxai translating` has `[upstream] "
         'protocol = "openai_chat"`), and the stack\'s floor apps '
         "(`bench/floor_apps.py` on `hypercorn --worker-class trio`, one worker).",
-        "- **Noise**: the machine is shared with other sessions' work, which `taskset` "
-        "does not keep off core 1. The measured CPU time is the proxy's own, but a busy "
-        "core stretches wall time and changes how many events a proxy finds per read, so "
-        "figures move between runs (the per-event ones by 10–30 %). Repetitions "
+        "- **Noise**: other work on the machine is not kept off core 1 by `taskset`. The "
+        "measured CPU time is the proxy's own, but a busy core stretches wall time and "
+        "changes how many events a proxy finds per read, so every cell is watched "
+        "(`bench/contention.py`: the machine's busy time in `/proc/stat` less the bench's "
+        "own processes') and run again, at most twice, if anything else used more than "
+        "5 % of a core; the line at the top of this file says whether any cell was "
+        "contended all the same. Figures still move between quiet runs. Repetitions "
         "interleave every target and medians are shown; compare targets within one run, "
         "not across runs. Load average (1 min) at the start → end of each bench: "
         + "; ".join(loads)
@@ -1680,7 +1683,7 @@ def limits_calls(calls: dict[str, Any]) -> list[str]:
         out += [
             "",
             f"The round trip itself (the raw `EVALSHA`: the loopback, Redis running the "
-            f"script) is {share:.0%} of a whole admission's wall time; the rest is the "
+            f"script) is {100 * share:.0f} % of a whole admission's wall time; the rest is the "
             "client side's own work on the proxy's core, split above.",
         ]
     return [*out, ""]

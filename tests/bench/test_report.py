@@ -115,7 +115,7 @@ def test_the_limits_section_shows_each_target_against_issue_34() -> None:
     assert "| raw RESP `EVALSHA` on a plain trio socket | 40.0 | — | 12.0 | — | 9.0 |" in text
     assert "| coredis alone (`Script` on a bare `coredis.Redis`) | 150.0 | +110.0 |" in text
     assert "| the Redis limiter's whole `admit` | 200.0 | +30.0 | 150.0 | +22.0 |" in text
-    assert "is 20% of a whole admission's wall time" in text
+    assert "is 20 % of a whole admission's wall time" in text
     assert report.limits_section({}) == []
 
 
