@@ -56,8 +56,9 @@ test-clients: $(STAMP)
 	[ $$vercel = PASS ] && [ $$agents = PASS ]
 
 ## bench: the per-event regime (issue 16), the Responses WebSocket (issue 22), conversation state
-## (issue 23) and issue 7's one-read benchmarks vs a direct connection, nginx and the stack's floor,
-## then docs/bench.md and docs/bench.png (about 25 minutes; installs nginx, wrk and redis-server
+## (issue 23), telemetry (issue 26), [limits] (issue 24) and issue 7's one-read benchmarks vs a direct
+## connection, nginx and the stack's floor, every cell watched for other work (issue 34),
+## then docs/bench.md and docs/bench.png (about 27 minutes; installs nginx, wrk and redis-server
 ## from Debian, matplotlib and py-spy from the bench extra)
 $(VENV)/.bench-installed: pyproject.toml $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'

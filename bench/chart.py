@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS, ROOT
@@ -55,7 +56,8 @@ def _per_event(ax: Any, rows: list[dict[str, Any]], mode: str, field: str, title
     ax.set_title(title, fontsize=10)
 
 
-def draw(results: dict[str, Any]) -> None:
+def draw(results: dict[str, Any], out: Path | None = None) -> None:
+    """Draw the chart to ``out`` (default docs/bench.png; a quick run renders elsewhere)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -123,7 +125,7 @@ def draw(results: dict[str, Any]) -> None:
         f"of {results.get('reps', '?')} interleaved runs on a shared 2-core machine, {when})"
     )
     fig.tight_layout(rect=(0, 0, 1, 0.93))
-    fig.savefig(ROOT / "docs" / "bench.png", dpi=100)
+    fig.savefig(out or ROOT / "docs" / "bench.png", dpi=100)
     plt.close(fig)
 
 

@@ -9,13 +9,17 @@ a contended cell (at most twice) and marks the row it keeps.
 
 CPU time is what the kernel accounts: ``/proc/stat`` in clock ticks (10 ms), the bench's
 processes in nanoseconds from ``/proc/PID/task/*/schedstat``. A process of the bench
-that ends during the cell takes its time with it and looks like someone else's: the
-benches keep their processes for the whole cell.
+that ends during the cell (wrk, a py-spy recording, a measuring subprocess) is counted
+by what the kernel hands its parent when it is reaped (``getrusage(RUSAGE_CHILDREN)``):
+its time before the cell was read from ``/proc`` at the start and is taken off again.
+A child that exits but is not reaped before the cell ends still looks like someone
+else's work.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -65,16 +69,27 @@ def _own_pids(root: int) -> list[int]:
     return found
 
 
+def _reaped_ns() -> int:
+    """CPU time of this process's children that ended and were waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return round((usage.ru_utime + usage.ru_stime) * 1e9)
+
+
 @attrs.define
 class Watch:
     """What the rest of the machine used during one cell (filled when the cell ends)."""
 
     other_core: float = 0.0  # in cores (1.0: one core busy the whole time)
     wall_s: float = 0.0
+    own_s: float = 0.0  # CPU seconds the bench's own processes used
 
     @property
     def contended(self) -> bool:
         return self.other_core > LIMIT
+
+    def fields(self) -> dict[str, bool | float]:
+        """What a cell's row carries for the report's banner (``report.contention_banner``)."""
+        return {"contended": self.contended, "other_core": round(self.other_core, 3)}
 
 
 @contextmanager
@@ -83,17 +98,18 @@ def watch() -> Iterator[Watch]:
     root = os.getpid()
     result = Watch()
     pids = _own_pids(root)
-    own_before, busy_before = cpu_ns(pids), _busy_ns()
+    own_before, busy_before = cpu_ns(pids) + _reaped_ns(), _busy_ns()
     started = time.monotonic()
     try:
         yield result
     finally:
         busy_after = _busy_ns()
         pids = sorted(set(pids) | set(_own_pids(root)))
-        own_after = cpu_ns(pids)
+        own_after = cpu_ns(pids) + _reaped_ns()
         wall = time.monotonic() - started
         other = (busy_after - busy_before) - (own_after - own_before)
         result.wall_s = wall
+        result.own_s = (own_after - own_before) / 1e9
         # /proc/stat counts whole ticks per core: the difference of two reads is short
         # by less than one tick per core, which is not contention.
         slack = (os.cpu_count() or 1) * _TICK_NS

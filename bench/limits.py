@@ -18,18 +18,33 @@ charged its tokens. The raw asyncio client (core 0) reads each stream to its end
 TTFB is to the response head. Added TTFB is a target's p50 minus ``none``'s, per
 repetition, then the median; CPU per stream is proxai's own CPU (``schedstat``) over
 a cell divided by its streams, and Redis's CPU is reported beside it.
+
+Then one admission call, alone (``--calls``, a process of its own on the proxy core,
+c=1, :data:`CALLS` calls per layer after a warm-up, layers interleaved over
+:data:`CALL_ROUNDS` rounds): the admission script's ``EVALSHA`` as raw RESP bytes on a
+plain trio socket; the same through a bare coredis client (``Script`` on
+``coredis.Redis``); through proxai's ``RedisConnection.run_script``; and a whole
+``admit`` of the Redis backend's limiter. Wall and CPU µs per call (p50), and Redis's
+own CPU per call: the differences between the layers are where the time goes.
+
+Every cell, and the calls, run through ``bench.contention.quiet``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import subprocess
 import sys
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bench.common import (
     DRIVER_CORE,
+    PROXY_CORE,
+    ROOT,
     Row,
     cpu_ns,
     free_port,
@@ -60,6 +75,11 @@ tokens_per_minute = 1000000000
 max_concurrent_streams = 100000
 """
 TARGETS = ("none", "memory", "redis")
+#: Calls per layer and round in the one-call measure, and its rounds.
+CALLS = 1000
+CALL_ROUNDS = 3
+#: The one-call measure's layers, innermost first.
+LAYERS = ("raw", "coredis", "connection", "admit")
 
 
 def redis_server(wd: Any, port: int) -> subprocess.Popen[bytes]:
@@ -95,7 +115,9 @@ def one(name: str, port: int, pids: list[int], redis: int, c: int, n: int, rep: 
     return row
 
 
-def run(reps: int, requests: int, concurrency: list[int]) -> dict[str, Any]:
+def run(
+    reps: int, requests: int, concurrency: list[int], calls_per_layer: int = CALLS
+) -> dict[str, Any]:
     raw: list[Row] = []
     with (
         python_upstream("paced", deltas=DELTAS, interval=INTERVAL) as (up, _),
@@ -124,9 +146,178 @@ def run(reps: int, requests: int, concurrency: list[int]) -> dict[str, Any]:
                     n = requests if c > 1 else max(50, requests // 4)
                     for name in TARGETS:
                         raw.append(one(name, ports[name], pids[name], redis.pid, c, n, rep))
+            stop(processes)
+            calls = admission_calls(rport, redis.pid, calls_per_layer)
         finally:
             stop([*processes, redis])
-    return {"machine": machine(), "raw": raw, "summary": summarize(raw, concurrency)}
+    return {
+        "machine": {**machine(), "redis": redis_version()},
+        "raw": raw,
+        "summary": summarize(raw, concurrency),
+        "calls": calls,
+        "settings": {
+            "reps": reps,
+            "requests": requests,
+            "concurrency": list(concurrency),
+            "deltas": DELTAS,
+            "interval_ms": INTERVAL * 1000,
+        },
+    }
+
+
+def redis_version() -> str:
+    done = subprocess.run(["redis-server", "--version"], capture_output=True, text=True)
+    return done.stdout.strip().split(" sha=")[0]
+
+
+# -- one admission call, layer by layer ------------------------------------------------
+
+
+def admission_script(prefix: str) -> tuple[Any, list[str], list[str | bytes | int]]:
+    """The admission script and one call's keys and arguments as the Redis limiter sends
+    them for the bench's rule (every kind of limit, nothing refused; one slot id, so
+    the keys stay one entry long). The one place this bench reads the limiter's
+    internals: if its script or its keys change, change this."""
+    from proxai.state.redis_limits import _ADMIT
+
+    base = f"{prefix}lim:bench:"
+    keys = [base + "req", base + "tok", base + "toksum", base + "slots", f"{prefix}lim:slots"]
+    args: list[str | bytes | int] = [100_000_000, 1_000_000_000, 100_000, 100_000, 60_000, "s1"]
+    return _ADMIT, keys, args
+
+
+def resp_command(*parts: str | bytes | int) -> bytes:
+    """One command as a RESP array of bulk strings."""
+    out = [b"*%d\r\n" % len(parts)]
+    for part in parts:
+        data = part if isinstance(part, bytes) else str(part).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(out)
+
+
+def resp_end(buffer: bytes, start: int = 0) -> int:
+    """Where the RESP reply at ``start`` ends (-1: not all of it is in yet)."""
+    line = buffer.find(b"\r\n", start)
+    if line < 0:
+        return -1
+    kind, head = buffer[start : start + 1], buffer[start + 1 : line]
+    if kind in (b"+", b"-", b":", b"_", b",", b"#"):
+        return line + 2
+    if kind in (b"$", b"!", b"="):
+        size = int(head)
+        if size < 0:
+            return line + 2
+        end = line + 2 + size + 2
+        return end if len(buffer) >= end else -1
+    if kind in (b"*", b"~", b">", b"%"):
+        count = int(head) * (2 if kind == b"%" else 1)
+        at = line + 2
+        for _ in range(max(0, count)):
+            at = resp_end(buffer, at)
+            if at < 0:
+                return -1
+        return at
+    raise ValueError(f"not a RESP reply: {buffer[start : start + 20]!r}")
+
+
+async def _timed(call: Callable[[], Awaitable[object]], n: int) -> tuple[list[float], list[float]]:
+    """Wall and CPU µs of each of ``n`` calls."""
+    wall, cpu = [], []
+    for _ in range(n):
+        t0, c0 = time.perf_counter(), time.process_time()
+        await call()
+        wall.append((time.perf_counter() - t0) * 1e6)
+        cpu.append((time.process_time() - c0) * 1e6)
+    return wall, cpu
+
+
+async def _admission_calls(port: int, redis_pid: int, n: int) -> Row:
+    import coredis
+    import trio
+
+    from proxai.config import StateBackend, StateConfig
+    from proxai.policy.limits import KeyRule
+    from proxai.state import open_backend
+    from proxai.state.redis import open_redis
+
+    url = f"redis://127.0.0.1:{port}/0"
+    config = StateConfig(backend=StateBackend.REDIS, url=url)
+    script, keys, args = admission_script(config.key_prefix)
+    rule = KeyRule("bench", *args[:3])  # type: ignore[arg-type]
+    command = resp_command("EVALSHA", script.sha, len(keys), *keys, *args)
+    samples: dict[str, tuple[list[float], list[float], list[int]]] = {
+        layer: ([], [], []) for layer in LAYERS
+    }
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    bare = coredis.Redis.from_url(url)
+    async with (
+        stream,
+        bare,
+        open_redis(config) as connection,
+        open_backend(config) as backend,
+    ):
+        limiter = backend.limiter(60.0, time.monotonic)
+
+        async def raw() -> None:
+            await stream.send_all(command)
+            reply = b""
+            while (end := resp_end(reply)) < 0:
+                reply += await stream.receive_some(65536)
+            if reply.startswith(b"-") or end != len(reply):
+                raise RuntimeError(f"raw EVALSHA: {reply[:80]!r}")
+
+        calls: dict[str, Callable[[], Awaitable[object]]] = {
+            "raw": raw,
+            "coredis": lambda: script(keys=keys, args=args, client=bare),
+            "connection": lambda: connection.run_script(script, keys, args),
+            "admit": lambda: limiter.admit("bench", rule, "s1", 100_000),
+        }
+        await calls["coredis"]()  # loads the script, so that raw EVALSHA finds it
+        for _ in range(CALL_ROUNDS):
+            for layer in LAYERS:
+                await _timed(calls[layer], 50)  # warm-up
+                redis_before = cpu_ns([redis_pid])
+                wall, cpu = await _timed(calls[layer], n)
+                samples[layer][0].extend(wall)
+                samples[layer][1].extend(cpu)
+                samples[layer][2].append(cpu_ns([redis_pid]) - redis_before)
+    out: Row = {"calls": n * CALL_ROUNDS, "rounds": CALL_ROUNDS}
+    for layer, (wall, cpu, redis_cpu) in samples.items():
+        out[layer] = {
+            "wall_p50_us": percentile(wall, 50),
+            "wall_p90_us": percentile(wall, 90),
+            "cpu_p50_us": percentile(cpu, 50),
+            "cpu_mean_us": sum(cpu) / len(cpu),
+            "redis_cpu_us": sum(redis_cpu) / 1000 / len(wall),
+        }
+    return out
+
+
+def admission_calls(port: int, redis_pid: int, n: int = CALLS) -> Row:
+    """The one-call measure in a process of its own on the proxy core (``--calls``)."""
+    argv = taskset(str(PROXY_CORE), [sys.executable, "-m", "bench.limits", "--calls"])
+
+    def measured() -> Row:
+        done = subprocess.run(
+            argv, cwd=ROOT, input=f"{port} {redis_pid} {n}", capture_output=True, text=True
+        )
+        if done.returncode:
+            raise RuntimeError(f"bench.limits --calls failed:\n{done.stderr[-2000:]}")
+        row: Row = json.loads(done.stdout)
+        return row
+
+    row, seen = quiet(measured, "limits: one admission call, layer by layer")
+    row.update(seen.fields())
+    log("limits calls", row)
+    return row
+
+
+def calls_main() -> int:
+    import trio
+
+    port, redis_pid, n = (int(x) for x in sys.stdin.read().split())
+    print(json.dumps(trio.run(_admission_calls, port, redis_pid, n)))
+    return 0
 
 
 def summarize(raw: list[Row], concurrency: list[int]) -> list[Row]:
@@ -143,9 +334,10 @@ def summarize(raw: list[Row], concurrency: list[int]) -> list[Row]:
             summary["redis_cpu_us_per_stream"] = median(
                 [r["redis_cpu_us_per_stream"] for r in rows]
             )
-            summary["added_ttfb_p50_ms"] = median(
-                [mine[k]["ttfb_p50_ms"] - base[k]["ttfb_p50_ms"] for k in reps if k in mine]
-            )
+            for q in ("p50", "p99"):
+                summary[f"added_ttfb_{q}_ms"] = median(
+                    [mine[k][f"ttfb_{q}_ms"] - base[k][f"ttfb_{q}_ms"] for k in reps if k in mine]
+                )
             summary["cpu_ratio"] = median(
                 [
                     mine[k]["cpu_us_per_stream"] / base[k]["cpu_us_per_stream"]
@@ -157,6 +349,10 @@ def summarize(raw: list[Row], concurrency: list[int]) -> list[Row]:
     return out
 
 
+def quick() -> dict[str, Any]:
+    return run(1, 40, [1, 4], calls_per_layer=200)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -164,9 +360,13 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--quick", action="store_true", help="a smoke test: one rep, short")
+    parser.add_argument("--calls", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.calls:
+        return calls_main()
     pin_driver()
-    result = run(args.reps, args.requests, args.concurrency)
+    result = quick() if args.quick else run(args.reps, args.requests, args.concurrency)
     save("limits", result)
     for row in result["summary"]:
         print({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()})

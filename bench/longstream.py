@@ -35,6 +35,7 @@ from bench.common import (
     wait_port,
     workdir,
 )
+from bench.contention import quiet
 
 
 async def read_stream(port: int) -> tuple[float, int]:
@@ -59,9 +60,13 @@ async def read_stream(port: int) -> tuple[float, int]:
 
 def measure(target: Target, events: int, size: int) -> Row:
     pids = target.pids()
-    before = cpu_seconds(pids)
-    seconds, received = asyncio.run(read_stream(target.port))
-    cpu = cpu_seconds(pids) - before if pids else float("nan")
+
+    def measured() -> tuple[float, int, float]:
+        before = cpu_seconds(pids)
+        seconds, received = asyncio.run(read_stream(target.port))
+        return seconds, received, cpu_seconds(pids) - before if pids else float("nan")
+
+    (seconds, received, cpu), seen = quiet(measured, f"longstream {target.name}")
     if received != size:
         raise RuntimeError(f"{target.name}: {received} bytes of {size}")
     return {
@@ -72,6 +77,7 @@ def measure(target: Target, events: int, size: int) -> Row:
         "events_per_s": events / seconds,
         "mb_per_s": size / seconds / 1e6,
         "proxy_cpu_s": cpu,
+        **seen.fields(),
     }
 
 

@@ -11,8 +11,9 @@ recorded with py-spy (``.venv/bin/pip install py-spy``) twice: with 20-delta and
 belongs to one (:data:`PARTS`: the code that called trio, h11 or attrs is charged for
 them). Scaled by the CPU time measured over the same run (``/proc``), the two lengths
 give each part's CPU per event (the difference over 60 deltas) and per stream (the
-rest), printed and written as JSON next to the raw output. ``--translating``: proxai
-over an ``openai_chat`` upstream.
+rest), printed and written as JSON next to the raw output; each recording is watched for
+other work on the machine (``bench.contention.watch``: marked, not rerun).
+``--translating``: proxai over an ``openai_chat`` upstream.
 
 ``one-read``: the throughput bench's upstream (nginx, the pre-rendered 40-delta
 stream) and wrk; prints own time by package and inclusive time of proxai's functions.
@@ -45,6 +46,7 @@ from bench.common import (
     wait_port,
     workdir,
 )
+from bench.contention import watch
 from bench.streams import Variant
 from bench.throughput import fast_upstream, wrk
 from bench.traced import in_task
@@ -212,9 +214,12 @@ def paced(
                     raw = out.with_name(f"{out.stem}-{deltas}{out.suffix}")
                     spy = record(process.pid, seconds + 1, rate, raw)
                     time.sleep(0.5)
-                    cpu0 = cpu_ns([process.pid])
-                    done = asyncio.run(_load(port, path, body, concurrency, seconds))
-                    cpu = (cpu_ns([process.pid]) - cpu0) / 1e9
+                    # Watched, not rerun: a profile is read for its shares, and a
+                    # contended one is marked so that the report says so.
+                    with watch() as seen:
+                        cpu0 = cpu_ns([process.pid])
+                        done = asyncio.run(_load(port, path, body, concurrency, seconds))
+                        cpu = (cpu_ns([process.pid]) - cpu0) / 1e9
                     spy.wait()
                     totals, leaves = parts(raw)
                     runs[deltas] = {
@@ -222,6 +227,7 @@ def paced(
                         "cpu_s": cpu,
                         "samples": totals,
                         "leaves": leaves,
+                        **seen.fields(),
                     }
             finally:
                 stop([process])

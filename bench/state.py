@@ -90,7 +90,7 @@ from bench.common import (
     wait_port,
     workdir,
 )
-from bench.contention import quiet
+from bench.contention import quiet, watch
 from bench.latency import percentile
 from bench.perevent import B_LAUNCHER, PAUSE, TIMEOUTS, check_responses, event_upstream
 from bench.streams import Variant
@@ -567,10 +567,13 @@ def store_calls() -> Row:
     """Figure 3, in a process of its own on the proxy core (``--calls``)."""
     argv = taskset(str(PROXY_CORE), [sys.executable, "-m", "bench.state", "--calls"])
     with redis_server() as (port, _):
-        done = subprocess.run(
-            argv, cwd=ROOT, input=str(port), capture_output=True, text=True, check=True
+        done, seen = quiet(
+            lambda: subprocess.run(
+                argv, cwd=ROOT, input=str(port), capture_output=True, text=True, check=True
+            ),
+            "state: one store call",
         )
-    row: Row = json.loads(done.stdout)
+    row: Row = {**json.loads(done.stdout), **seen.fields()}
     log("state store calls", row)
     return row
 
@@ -618,12 +621,19 @@ def profile(proxy: Proxy, seconds: int, c: int) -> dict[str, Any]:
             raw = RESULTS / f"pyspy-state-store-{str(store).lower()}-{deltas}.txt"
             spy = pyspy.record(proxy.pids[0], seconds + 1, 250, raw)
             time.sleep(0.5)
-            cpu0 = cpu_ns(proxy.pids)
-            done = asyncio.run(_load(proxy.port, body, c, seconds))
-            cpu = (cpu_ns(proxy.pids) - cpu0) / 1e9
+            with watch() as seen:  # marked if contended, not rerun (as bench/pyspy.py)
+                cpu0 = cpu_ns(proxy.pids)
+                done = asyncio.run(_load(proxy.port, body, c, seconds))
+                cpu = (cpu_ns(proxy.pids) - cpu0) / 1e9
             spy.wait()
             totals, leaves = pyspy.parts(raw, PARTS)
-            runs[deltas] = {"streams": done, "cpu_s": cpu, "samples": totals, "leaves": leaves}
+            runs[deltas] = {
+                "streams": done,
+                "cpu_s": cpu,
+                "samples": totals,
+                "leaves": leaves,
+                **seen.fields(),
+            }
         key = f"store-{str(store).lower()}"
         out[key] = {"runs": runs, "parts": pyspy.split(runs)}
         log(

@@ -26,6 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from bench.common import Row, loadavg, log, median, pin_driver, save, stop
+from bench.contention import quiet
 from bench.perevent import LENGTHS, cell, event_upstream, lanes
 
 PAIRS = (("proxai", "proxai-otel"), ("proxai-translating", "proxai-otel-translating"))
@@ -124,7 +125,7 @@ def trace_cost(endpoint: str, requests: int = 2000) -> Row:
     from proxai.outcome import AttemptRecord, Outcome, OutcomeKind
     from proxai.protocols.responses.reader import responses_usage
 
-    tables = {
+    tables: dict[str, dict[str, Any]] = {
         "upstream": {"base_url": "http://127.0.0.1:9/v1"},
         "telemetry": {"enabled": True, "endpoint": endpoint, "sampling_ratio": 1.0},
     }
@@ -182,7 +183,8 @@ def run(reps: int, concurrency: Sequence[int] = CONCURRENCY) -> dict[str, Any]:
                             for deltas in LENGTHS:
                                 raw.append(cell(lane, "paced", c, deltas, rep))
         with sink() as endpoint:
-            alone = trace_cost(endpoint)
+            alone, seen = quiet(lambda: trace_cost(endpoint), "telemetry alone")
+            alone.update(seen.fields())
     finally:
         stop([process])
     rows = summary(raw)

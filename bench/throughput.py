@@ -10,7 +10,9 @@ of it, and nginx as a plain reverse proxy (proxy_buffering off, HTTP/1.1 keep-al
 upstream). Each proxy runs pinned to core 1 and its CPU time is read from /proc, so the
 figure is streams per proxy core-second; wrk and the upstream share core 0. Each
 measurement is repeated ``--reps`` times (targets interleaved) and the medians are
-reported. Needs nginx and wrk (make bench installs them) and Linux.
+reported. Each run is watched for other work on the machine and repeated if there was
+some (``bench.contention.quiet``). Needs nginx and wrk (make bench installs them) and
+Linux.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from bench.common import (
     wait_port,
     workdir,
 )
+from bench.contention import quiet
 
 LUA = (
     'wrk.method = "POST"\n'
@@ -105,10 +108,17 @@ def measure(
 ) -> Row:
     """One wrk run against ``target``: streams/s, proxy CPU, upstream CPU share."""
     pids = target.pids()
-    before = cpu_seconds(pids) if pids else 0.0
-    up_before = cpu_seconds(upstream_pids)
-    figures = wrk(target.port, connections, seconds, script)
-    cpu = (cpu_seconds(pids) - before) if pids else float("nan")
+
+    def measured() -> tuple[dict[str, float], float, float]:
+        before = cpu_seconds(pids) if pids else 0.0
+        up_before = cpu_seconds(upstream_pids)
+        figures = wrk(target.port, connections, seconds, script)
+        cpu = (cpu_seconds(pids) - before) if pids else float("nan")
+        return figures, cpu, cpu_seconds(upstream_pids) - up_before
+
+    (figures, cpu, upstream_cpu), seen = quiet(
+        measured, f"{target.name} c={connections} {seconds} s (one read)"
+    )
     return {
         "target": target.name,
         "concurrency": connections,
@@ -117,7 +127,8 @@ def measure(
         "proxy_cpu_s": cpu,
         "proxy_cpu_share": cpu / seconds,
         "streams_per_core_s": figures["requests"] / cpu if cpu else float("nan"),
-        "upstream_cpu_share": (cpu_seconds(upstream_pids) - up_before) / seconds,
+        "upstream_cpu_share": upstream_cpu / seconds,
+        **seen.fields(),
     }
 
 

@@ -79,7 +79,7 @@ from bench.common import (
     wait_port,
     workdir,
 )
-from bench.contention import quiet
+from bench.contention import quiet, watch
 from bench.latency import percentile
 from bench.perevent import PAUSE, TIMEOUTS, event_upstream
 from bench.streams import Variant
@@ -607,10 +607,11 @@ def profile(
             raw = RESULTS / f"pyspy-websocket-{transport}-{deltas}.txt"
             spy = pyspy.record(pids[0], seconds + 1, 250, raw)
             time.sleep(0.5)
-            row = client(**cmd, seconds=seconds)
+            with watch() as seen:  # marked if contended, not rerun (as bench/pyspy.py)
+                row = client(**cmd, seconds=seconds)
             spy.wait()
             totals, leaves = pyspy.parts(raw, PARTS)
-            runs[deltas] = {**row, "samples": totals, "leaves": leaves}
+            runs[deltas] = {**row, "samples": totals, "leaves": leaves, **seen.fields()}
         out[transport] = {"runs": runs, "parts": pyspy.split(runs)}
         log(
             "websocket profile",

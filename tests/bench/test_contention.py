@@ -20,6 +20,16 @@ def test_other_work_during_a_cell_marks_it_contended() -> None:
     assert seen.contended and seen.other_core > 0.5 > LIMIT
 
 
+def test_a_child_that_ends_during_the_cell_is_the_bench_own_work() -> None:
+    # wrk, py-spy, a measuring subprocess: reaped inside the cell, so its CPU (at least
+    # the 0.3 s it spins for, however loaded the machine) counts as the bench's.
+    spin = "import time\nwhile time.process_time() < 0.3: pass"
+    with watch() as seen:
+        subprocess.run([sys.executable, "-c", spin], check=True)
+    assert seen.own_s >= 0.3
+    assert seen.fields() == {"contended": seen.contended, "other_core": round(seen.other_core, 3)}
+
+
 def test_a_contended_cell_is_run_again_and_marked() -> None:
     runs = []
 
