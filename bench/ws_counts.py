@@ -6,9 +6,12 @@ A server runs under ``cProfile`` (``bench/cprofiled.py``), profiled only while o
 connection runs ``turns`` turns of ``deltas`` and then of ``2 * deltas`` deltas (the
 per-event bench's paced upstream, 2 ms before each delta, so every event is its own
 read and its own send); per event is the difference over ``turns * deltas`` events.
-cProfile's call counts do not depend on the machine's load, so this A/Bs a per-frame
-change on a busy machine where the CPU benches cannot. Targets: proxai in front of
-``bench/event_upstream.py`` (``sse``, ``socket``, ``socket-deflate``), and hypercorn
+cProfile's call counts do not depend on the machine's load as long as every upstream
+event is its own read (a loaded machine lets a few arrive together, which moves
+proxai's counts by a few per cent; the floor reads nothing), so this compares the
+transports within one run on a busy machine where the CPU benches cannot. Targets:
+proxai in front of ``bench/event_upstream.py`` (``sse``, ``socket``, ``socket-deflate``), and
+hypercorn
 alone sending the same events itself (``bench/floor_apps.py``'s ``socket_paced``:
 ``floor-sse``, ``floor-socket``), the floor under both.
 
