@@ -872,7 +872,7 @@ def websocket_section(res: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for c in scs:
-        for t in names:
+        for t in [t for t in names if any(r["transport"] == t for r in sec)]:
             r = pick(sec, transport=t, concurrency=c)
             against = (
                 "—"
