@@ -9,6 +9,11 @@ throughput bench can say how much of a stream's CPU is the stack itself:
 - ``paced``: the per-event bench's stream (``bench/streams.py``, the variant named
   by the request's model) sent by the app itself, one ASGI send per event with the
   upstream's pauses (no upstream): hypercorn's cost per send, alone;
+- ``socket_paced``: ``paced`` over the Responses WebSocket as well: a socket's every
+  text message (a ``response.create`` naming a variant) is answered with that
+  stream's events, each event's ``data`` one text frame, with the same pauses (no
+  upstream): hypercorn's cost per WebSocket send, alone, beside its cost per SSE send
+  (a ``POST`` to the same app is ``paced``'s answer);
 - ``held``: sends the per-event bench's first Responses event and holds the stream
   open (memory);
 - ``relay``: the straightforward relay the issue describes, httpx's
@@ -100,6 +105,46 @@ class _Paced:
                 await trio.sleep(write.pause)
             await send({"type": "http.response.body", "body": write.data, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class _SocketPaced:
+    """``paced``, and the same stream over a WebSocket: one ``websocket.send`` per
+    event (its ``data`` as text, made once per variant), the same pauses."""
+
+    def __init__(self) -> None:
+        self._http = _Paced()
+        self._frames: dict[Variant, list[tuple[float, str]]] = {}
+
+    def frames(self, variant: Variant) -> list[tuple[float, str]]:
+        frames = self._frames.get(variant)
+        if frames is None:
+            frames = self._frames[variant] = [
+                (write.pause, _data_of(write.data)) for write in writes(variant, "responses")
+            ]
+        return frames
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":
+            await self._http(scope, receive, send)
+            return
+        if (await receive())["type"] != "websocket.connect":
+            return
+        await send({"type": "websocket.accept"})
+        while True:
+            message = await receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            text = message.get("text") or ""
+            for pause, frame in self.frames(variant_of(text.encode())):
+                if pause:
+                    await trio.sleep(pause)
+                await send({"type": "websocket.send", "text": frame})
+
+
+def _data_of(event: bytes) -> str:
+    """The ``data`` of one SSE event (the per-event bench's are one line each)."""
+    line = next(line for line in event.split(b"\n") if line.startswith(b"data: "))
+    return line[6:].decode()
 
 
 class _Held:
@@ -304,6 +349,7 @@ class _ShapedRelay(_H11Relay):
 
 static = _Static()
 paced = _Paced()
+socket_paced = _SocketPaced()
 held = _Held()
 relay = _Relay(transport_only=False)
 transport = _Relay(transport_only=True)

@@ -695,6 +695,8 @@ WS_NAMES = {
     "sse": "SSE (`POST /v1/responses`, keep-alive)",
     "socket": "**socket** (`response.create` frames)",
     "socket-deflate": "socket, permessage-deflate",
+    "floor-sse": "floor: hypercorn alone, SSE body sends",
+    "floor-socket": "floor: hypercorn alone, text frames",
 }
 
 
@@ -815,7 +817,7 @@ def websocket_section(res: dict[str, Any]) -> list[str]:
     ]
     for t in names:
         rows = [pick(cpu, transport=t, concurrency=c) for c in cs]
-        if t == "sse":
+        if t in ("sse", "floor-sse"):
             event = " / ".join(n(r["marginal_us"], 1) for r in rows)
             stream = " / ".join(n(r["fixed_us"]) for r in rows)
         else:
@@ -841,6 +843,23 @@ def websocket_section(res: dict[str, Any]) -> list[str]:
         f"and upstream core at most {driver:.2f}.",
         "",
     ]
+    if any(r["transport"] == "floor-socket" for r in cpu):
+        floor = [pick(cpu, transport="floor-socket", concurrency=c) for c in cs]
+        out += [
+            "The floor (the last two rows): hypercorn alone on the proxy core "
+            "(`bench/floor_apps.py`'s `socket_paced`, no upstream, no proxai) sending the "
+            "same paced events itself, as SSE body sends or as text frames, measured the way "
+            "`hypercorn-paced` measures HTTP's, in the same repetitions. Side by side, CPU "
+            "per event at c=" + "/".join(str(c) for c in cs) + ":",
+            "",
+            "| | socket / SSE |",
+            "|---|---|",
+            "| proxai | " + " / ".join(f"{r['marginal_vs_sse']:.2f}×" for r in sock) + " |",
+            "| hypercorn alone (the floor) | "
+            + " / ".join(f"{r['marginal_vs_sse']:.2f}×" for r in floor)
+            + " |",
+            "",
+        ]
     sec = wsr["second"]
     scs = sorted({r["concurrency"] for r in sec})
     out += [
@@ -862,7 +881,7 @@ def websocket_section(res: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for c in scs:
-        for t in names:
+        for t in [t for t in names if any(r["transport"] == t for r in sec)]:
             r = pick(sec, transport=t, concurrency=c)
             against = (
                 "—"

@@ -12,7 +12,12 @@ both transports in the same run:
   turn as one streaming POST to the upstream and re-frames every SSE event as one
   text frame);
 - ``socket-deflate``: the same with permessage-deflate negotiated (what Codex and the
-  ``websockets`` library, under the openai SDK, offer by default).
+  ``websockets`` library, under the openai SDK, offer by default);
+- the floor, ``floor-sse`` and ``floor-socket``: hypercorn alone on the proxy core
+  (``bench/floor_apps.py``'s ``socket_paced``, no upstream, no proxai) sending the same
+  paced events itself, as SSE body sends or as text frames: what the stack's WebSocket
+  send costs against its SSE send, the way ``hypercorn-paced`` measures HTTP's. Only
+  in the CPU cells.
 
 The clients run in their own process (``--client``, a loop of JSON commands on stdin)
 on the driver core, with the upstream: the HTTP client is the per-event bench's raw
@@ -52,6 +57,7 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
+import attrs
 import orjson
 import wsproto
 import wsproto.events as ws
@@ -66,6 +72,7 @@ from bench.common import (
     cpu_ns,
     exchange,
     free_port,
+    hypercorn_app,
     log,
     machine,
     median,
@@ -89,6 +96,9 @@ CONCURRENCY = (1, 4, 16)
 #: turns per connection at each concurrency (the per-event bench's)
 TURNS_PER_CONNECTION = {1: 12, 4: 6, 16: 3, 64: 2}
 TRANSPORTS = ("sse", "socket", "socket-deflate")
+#: hypercorn alone sending the events (the floor), and the transport a lane speaks to it
+FLOOR = {"floor-sse": "sse", "floor-socket": "socket"}
+CPU_TRANSPORTS = (*TRANSPORTS, *FLOOR)
 SOCKET = {"socket": False, "socket-deflate": True}  # transport: permessage-deflate
 TERMINALS = {"response.completed", "response.failed", "response.incomplete"}
 #: proxai run as ``python -m proxai`` from this checkout (not the venv's script)
@@ -264,7 +274,8 @@ async def cpu_cell(cmd: dict[str, Any]) -> Row:
     and the driver core's (this process and the upstream) for its utilisation."""
     variant = Variant(cmd["deltas"], cmd["pause"])
     pids, core0 = cmd["pids"], [os.getpid(), cmd["upstream_pid"]]
-    lanes = [Lane(cmd["transport"], cmd["port"]) for _ in range(cmd["c"])]
+    speaks = FLOOR.get(cmd["transport"], cmd["transport"])
+    lanes = [Lane(speaks, cmd["port"]) for _ in range(cmd["c"])]
     for lane in lanes:
         await lane.__aenter__()
     try:
@@ -412,50 +423,77 @@ class Client:
         self.process.wait(timeout=10)
 
 
+@attrs.frozen
+class Setup:
+    """What a run drives: the client process, proxai's and the floor's ports and pids,
+    the upstream's pid."""
+
+    client: Client
+    port: int
+    pids: list[int]
+    upstream_pid: int
+    floor_port: int
+    floor_pids: list[int]
+
+    def target(self, transport: str) -> tuple[int, list[int]]:
+        """The port and pids that serve ``transport``."""
+        if transport in FLOOR:
+            return self.floor_port, self.floor_pids
+        return self.port, self.pids
+
+
 @contextmanager
-def bench_setup() -> Iterator[tuple[Client, int, list[int], int]]:
-    """The upstream, one proxai and the client process: (client, proxai's port,
-    proxai's pids, the upstream's pid)."""
+def bench_setup() -> Iterator[Setup]:
+    """The upstream, one proxai, the floor app and the client process."""
     upstream_process, upstream = event_upstream()
     client = Client()
     try:
         with workdir() as wd:
-            port = free_port()
+            port, floor_port = free_port(), free_port()
             process = proxai(wd, port, upstream, timeouts=TIMEOUTS, argv_prefix=LAUNCHER)
+            floor = hypercorn_app("socket_paced", floor_port, upstream)
             try:
                 wait_port(port)
-                yield client, port, tree(process.pid), upstream_process.pid
+                wait_port(floor_port, timeout=60.0)
+                time.sleep(0.3)  # hypercorn forks its worker after binding
+                yield Setup(
+                    client,
+                    port,
+                    tree(process.pid),
+                    upstream_process.pid,
+                    floor_port,
+                    tree(floor.pid),
+                )
             finally:
-                stop([process])
+                stop([process, floor])
     finally:
         client.close()
         stop([upstream_process])
 
 
-def cpu_cells(
-    client: Client, port: int, pids: list[int], upstream_pid: int, reps: int, cs: Sequence[int]
-) -> list[Row]:
+def cpu_cells(setup: Setup, reps: int, cs: Sequence[int]) -> list[Row]:
     raw: list[Row] = []
 
     def turns(transport: str, c: int, deltas: int, k: int) -> Row:
-        return client(
+        port, pids = setup.target(transport)
+        return setup.client(
             op="cpu",
             transport=transport,
             port=port,
             pids=pids,
-            upstream_pid=upstream_pid,
+            upstream_pid=setup.upstream_pid,
             deltas=deltas,
             pause=PAUSE,
             c=c,
             k=k,
         )
 
-    for transport in TRANSPORTS:  # warm up, and check a paced turn of each
+    for transport in CPU_TRANSPORTS:  # warm up, and check a paced turn of each
         turns(transport, 4, 2, 2)
     for rep in range(reps):
         for c in cs:
-            shift = (rep + c) % len(TRANSPORTS)  # no transport always runs first
-            for transport in TRANSPORTS[shift:] + TRANSPORTS[:shift]:
+            shift = (rep + c) % len(CPU_TRANSPORTS)  # no transport always runs first
+            for transport in CPU_TRANSPORTS[shift:] + CPU_TRANSPORTS[:shift]:
                 for deltas in LENGTHS:
                     row: Row = {"transport": transport, "concurrency": c, "deltas": deltas}
                     row["rep"] = rep
@@ -506,7 +544,8 @@ def _round(value: Any) -> Any:
 
 def cpu_summary(raw: list[Row]) -> list[Row]:
     """Per transport and concurrency: CPU per event (marginal) and per stream (fixed),
-    medians over repetitions, and their ratios to SSE's taken per repetition."""
+    medians over repetitions, and their ratios to SSE's taken per repetition (the
+    floor's socket to the floor's SSE)."""
 
     def split(transport: str, c: int) -> dict[int, tuple[float, float, float, float]]:
         out = {}
@@ -528,8 +567,9 @@ def cpu_summary(raw: list[Row]) -> list[Row]:
 
     summary = []
     for c in sorted({r["concurrency"] for r in raw}):
-        base = split("sse", c)
-        for transport in TRANSPORTS:
+        bases = {"sse": split("sse", c), "floor-sse": split("floor-sse", c)}
+        for transport in [t for t in CPU_TRANSPORTS if any(r["transport"] == t for r in raw)]:
+            base = bases["floor-sse" if transport in FLOOR else "sse"]
             mine = split(transport, c)
             common = set(mine) & set(base)
             summary.append(
@@ -583,12 +623,11 @@ def second_summary(raw: list[Row]) -> list[Row]:
 # -- the profile ----------------------------------------------------------------------
 
 
-def profile(
-    client: Client, port: int, pids: list[int], upstream_pid: int, seconds: int, c: int
-) -> dict[str, Any]:
+def profile(setup: Setup, seconds: int, c: int) -> dict[str, Any]:
     """py-spy on proxai while ``c`` connections of each transport run turns back to back
     for ``seconds``, at both lengths; each part's CPU per event and per stream."""
     RESULTS.mkdir(exist_ok=True)
+    client, port, pids, upstream_pid = setup.client, setup.port, setup.pids, setup.upstream_pid
     out: dict[str, Any] = {"concurrency": c, "seconds": seconds}
     for transport in ("sse", "socket"):
         runs: dict[int, dict[str, Any]] = {}
@@ -632,14 +671,10 @@ def run(
     profile_seconds: int = 8,
 ) -> dict[str, Any]:
     started = time.monotonic()
-    with bench_setup() as (client, port, pids, upstream_pid):
-        raw = cpu_cells(client, port, pids, upstream_pid, reps, concurrency)
-        second = second_cells(client, port, reps, second_concurrency, samples)
-        spy = (
-            profile(client, port, pids, upstream_pid, profile_seconds, 4)
-            if profile_seconds
-            else None
-        )
+    with bench_setup() as setup:
+        raw = cpu_cells(setup, reps, concurrency)
+        second = second_cells(setup.client, setup.port, reps, second_concurrency, samples)
+        spy = profile(setup, profile_seconds, 4) if profile_seconds else None
     problems = sorted(
         {f"{r['transport']}: {r['problem']}" for r in [*raw, *second] if r["problem"]}
     )

@@ -51,6 +51,13 @@ class Downstream(Protocol):
         """Return once the client is gone (the server only says so here)."""
         ...
 
+    @property
+    def sends(self) -> trio.CancelScope | None:
+        """A scope the carrier cancels to cut the writer's sends short (the socket's,
+        for a frame blocked too long: one scope per response, not one per send);
+        ``None``: the carrier never cuts them (over HTTP the server bounds its sends)."""
+        ...
+
 
 def error_response(
     error: ProxyError, shape: ErrorShape, extra_headers: Sequence[tuple[bytes, bytes]] = ()
@@ -131,40 +138,59 @@ class Writer:
         """Write until the observer closes ``channel``, then cancel ``request_scope`` (the
         response is done, so the disconnect watcher can stop)."""
         async with channel:
+            sends = self._downstream.sends
+            if sends is None:
+                done = await self._write(channel)
+            else:
+                with sends:
+                    done = await self._write(channel)
+                if sends.cancelled_caught:
+                    # The carrier cut its sends (and can send nothing more): what the
+                    # observer still hands on goes nowhere, but it is taken, so the
+                    # observer ends as it would have.
+                    async for _ in channel:
+                        pass
+                    done = True
+        if done:
+            request_scope.cancel()
+
+    async def _write(self, channel: trio.MemoryReceiveChannel[ToWriter]) -> bool:
+        """The response, from the observer's messages; whether it is done (``False``:
+        the observer ended without a word)."""
+        try:
+            message: ToWriter | None = await channel.receive()
+        except trio.EndOfChannel:
+            # The observer ended without a word: the reader failed, and its error is
+            # the request's. Cancelling here could catch the reader in a checkpoint
+            # of its cleanup and replace that error with a Cancelled.
+            return False
+        if isinstance(message, Head):
+            head = message
+            # The head is held until the first body bytes: until then the stream
+            # can still turn into an HTTP error.
             try:
-                message: ToWriter | None = await channel.receive()
+                message = await channel.receive()
             except trio.EndOfChannel:
-                # The observer ended without a word: the reader failed, and its error is
-                # the request's. Cancelling here could catch the reader in a checkpoint
-                # of its cleanup and replace that error with a Cancelled.
-                return
-            if isinstance(message, Head):
-                head = message
-                # The head is held until the first body bytes: until then the stream
-                # can still turn into an HTTP error.
-                try:
-                    message = await channel.receive()
-                except trio.EndOfChannel:
-                    message = None
-                if not isinstance(message, ProxyError):
-                    await self._send_head(head)
-                    if message is not None:
-                        await self._send_body_until_closed(message, channel)
-                    closing = self._closing
-                    if closing.after_stall is not None and closing.after_stall.data:
-                        await self._send_body(closing.after_stall)
-                    self.delivered = True
-                    if not closing.abort:
-                        with self._closing_send(), self._sending():
-                            await self._downstream.send_body(b"", more=False)
-            if isinstance(message, ProxyError):
-                self._outcome.status = message.status
+                message = None
+            if not isinstance(message, ProxyError):
+                await self._send_head(head)
+                if message is not None:
+                    await self._send_body_until_closed(message, channel)
+                closing = self._closing
+                if closing.after_stall is not None and closing.after_stall.data:
+                    await self._send_body(closing.after_stall)
                 self.delivered = True
-                with self._closing_send():
-                    body = await self._send_error(message)
-                if self._tap is not None:
-                    self._tap.client.add(body)
-        request_scope.cancel()
+                if not closing.abort:
+                    with self._closing_send(), self._sending():
+                        await self._downstream.send_body(b"", more=False)
+        if isinstance(message, ProxyError):
+            self._outcome.status = message.status
+            self.delivered = True
+            with self._closing_send():
+                body = await self._send_error(message)
+            if self._tap is not None:
+                self._tap.client.add(body)
+        return True
 
     async def _send_body_until_closed(
         self, first: ToWriter, channel: trio.MemoryReceiveChannel[ToWriter]

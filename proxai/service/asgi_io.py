@@ -26,6 +26,9 @@ ASGIReceive = Callable[[], Awaitable[dict[str, Any]]]
 class AsgiDownstream:
     """The client's side of one HTTP exchange, as ASGI gives it."""
 
+    #: Never cut by proxai: the server bounds its sends (``drop_stalled_clients``).
+    sends: trio.CancelScope | None = None
+
     def __init__(
         self,
         send: ASGISend,

@@ -304,7 +304,7 @@ class SocketEndpoint:
         route = request.routing.route(model if isinstance(model, str) else None)
         first = self._pipeline.upstream(route.upstreams[0])
         record = SOCKETS.record(self._config.server.websocket_max_state_bytes)
-        downstream = TurnDownstream(state.socket, record, client_write=client_write)
+        downstream = TurnDownstream(state.socket, record)
         if first.websocket:
             clients: dict[str, Upstream] = {
                 name: self._upstream_socket(state, name)

@@ -63,7 +63,12 @@ class TooLarge:
 
 class ClientSocket:
     """One client WebSocket, as ASGI gives it. Sends are serialized (a frame is never
-    cut by another) and stop once the socket is closed."""
+    cut by another) and stop once the socket is closed.
+
+    A send notes when it started (:attr:`sending_since`) and nothing more: no deadline
+    scope per frame. :meth:`watch_sends`, one task per socket, cuts a turn's frame that
+    is still blocked ``bound`` seconds after it started, by cancelling the turn's
+    :attr:`turn_sends` (the writer's one scope for all its sends)."""
 
     def __init__(self, send: ASGISend, receive: ASGIReceive, *, max_message_bytes: int) -> None:
         self._send = send
@@ -76,6 +81,13 @@ class ClientSocket:
         #: Set once the client is gone (:meth:`receive` saw it).
         self.gone = trio.Event()
         self.frames_out = 0
+        #: When the send in flight began (``None`` between sends), and how many began.
+        self.sending_since: float | None = None
+        self._sends_started = 0
+        #: The turn in flight's sends (:attr:`TurnDownstream.sends`): what a cut cancels.
+        self.turn_sends: trio.CancelScope | None = None
+        #: Set by the next send once :meth:`watch_sends` waits for one.
+        self._send_started: trio.Event | None = None
 
     async def deny(self, status: int, headers: Headers, body: bytes, *, can_answer: bool) -> None:
         """Refuse the upgrade with an HTTP response (a bare 403 where the server
@@ -92,11 +104,22 @@ class ClientSocket:
         await self._send({"type": "websocket.accept", "headers": list(headers)})
 
     async def send_text(self, data: bytes) -> None:
-        """Send one frame (the caller bounds the wait: a turn's writer by
-        ``client_write``, proxai's own frames by :meth:`send_within`)."""
-        async with self._lock:
+        """Send one frame (bounded: a turn's by :meth:`watch_sends`, proxai's own
+        frames by :meth:`send_within`)."""
+        # The lock without a round trip through the scheduler when nobody holds it (the
+        # send below checkpoints anyway); a wait only behind another frame.
+        try:
+            self._lock.acquire_nowait()
+        except trio.WouldBlock:
+            await self._lock.acquire()
+        try:
             if self.closed or self.broken:
                 return
+            self.sending_since = trio.current_time()
+            self._sends_started += 1
+            if self._send_started is not None:
+                self._send_started.set()
+                self._send_started = None
             try:
                 await self._send(
                     {"type": "websocket.send", "text": data.decode("utf-8", "replace")}
@@ -104,7 +127,27 @@ class ClientSocket:
             except trio.Cancelled:
                 self.broken = True
                 raise
+            finally:
+                self.sending_since = None
             self.frames_out += 1
+        finally:
+            self._lock.release()
+
+    async def watch_sends(self, bound: float) -> None:
+        """Cut the frame in flight once it has been blocked ``bound`` seconds: the socket
+        is broken, the turn's sends are cancelled. Runs as long as the socket; wakes once
+        per ``bound`` at most while frames flow, not once per frame."""
+        while True:
+            since, started = self.sending_since, self._sends_started
+            if since is None:
+                self._send_started = event = trio.Event()
+                await event.wait()
+                continue
+            await trio.sleep_until(since + bound)
+            if self.sending_since == since and self._sends_started == started:
+                self.broken = True
+                if self.turn_sends is not None:
+                    self.turn_sends.cancel()
 
     async def send_within(self, data: bytes, seconds: float) -> bool:
         """Send one of proxai's own frames (an error frame outside a turn), giving up
@@ -155,16 +198,11 @@ class ClientSocket:
 class TurnDownstream:
     """Where one response of a socket goes, as the relay writes it."""
 
-    def __init__(
-        self, socket: ClientSocket, record: ResponseRecord, *, client_write: float
-    ) -> None:
+    def __init__(self, socket: ClientSocket, record: ResponseRecord) -> None:
         self._socket = socket
-        # The relay judges a client that reads nothing for ``client_write`` stalled and
-        # lets go of the upstream, then holds its last bytes for the client; a socket
-        # cannot hold a turn for later (the next turns wait behind it), so a frame
-        # still blocked a moment after that is cut and the socket ends.
-        self._bound = client_write + CLOSE_SECONDS
         self._record = record
+        #: The writer's scope for all of this turn's sends: the socket's watch cuts them.
+        self.sends = socket.turn_sends = trio.CancelScope()
         self._status = 0
         self._headers: Headers = []
         self._sse = False
@@ -204,8 +242,8 @@ class TurnDownstream:
             await self._send(SOCKETS.error_frame(status, body, self._headers))
 
     async def _send(self, frame: bytes) -> None:
-        with trio.move_on_after(self._bound):
-            await self._socket.send_text(frame)
+        # Bounded by the socket's watch (ClientSocket.watch_sends), not a scope per frame.
+        await self._socket.send_text(frame)
 
     async def wait_disconnect(self) -> None:
         await self._socket.gone.wait()

@@ -17,6 +17,9 @@ A socket runs in one nursery of two tasks linked by a bounded channel::
   when proxai drains (1001, after the response in flight), or when a turn says the
   client cannot be written to.
 
+A third task, the socket's send watch (:meth:`ClientSocket.watch_sends`), cuts a turn's
+frame still blocked ``client_write`` + 1 s after it started (the socket then ends).
+
 When either task ends, the nursery is cancelled: nothing of the socket outlives it.
 """
 
@@ -29,7 +32,7 @@ import trio
 
 from ..errors import ProxyError
 from ..protocols.table import SOCKETS
-from .socket_io import Binary, ClientSocket, CloseCode, Gone, TooLarge
+from .socket_io import CLOSE_SECONDS, Binary, ClientSocket, CloseCode, Gone, TooLarge
 
 __all__ = ["SocketLimits", "SocketStats", "run_socket"]
 
@@ -195,6 +198,11 @@ async def run_socket(
             nursery.cancel_scope.cancel()
 
         nursery.start_soon(drain_watch)
+        # The relay judges a client that reads nothing for ``client_write`` stalled and
+        # lets go of the upstream, then holds its last bytes for the client; a socket
+        # cannot hold a turn for later (the next turns wait behind it), so a frame
+        # still blocked a moment after that is cut and the socket ends.
+        nursery.start_soon(socket.watch_sends, limits.write_timeout + CLOSE_SECONDS)
         nursery.start_soon(receiver)
         nursery.start_soon(run_then_end)
 

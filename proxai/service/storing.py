@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
+import trio
+
 from ..outcome import Outcome
 from ..protocols.table import STORING, ResponseRecord
 from ..relay.reader import is_event_stream
@@ -95,6 +97,10 @@ class StoringDownstream:
 
     async def wait_disconnect(self) -> None:
         await self._inner.wait_disconnect()
+
+    @property
+    def sends(self) -> trio.CancelScope | None:
+        return self._inner.sends
 
 
 def storing_downstream(

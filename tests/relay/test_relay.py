@@ -512,6 +512,8 @@ async def test_a_writer_whose_observer_ended_without_a_word_leaves_the_request_a
         async def wait_disconnect(self) -> None:
             await trio.sleep_forever()
 
+        sends = None
+
     writer = Writer(
         Nowhere(),
         Outcome("POST", "/v1/responses"),

@@ -53,6 +53,7 @@ class FakeDownstream:
     stop_reading_after: float = math.inf
     hung_up: trio.Event = attrs.field(factory=trio.Event)
     reading: trio.Event = attrs.field(factory=trio.Event)
+    sends: trio.CancelScope | None = None
 
     async def send_head(self, status: int, headers: Headers) -> None:
         assert self.head is None, "a second head"
