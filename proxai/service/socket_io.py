@@ -139,15 +139,17 @@ class ClientSocket:
         per ``bound`` at most while frames flow, not once per frame."""
         while True:
             since, started = self.sending_since, self._sends_started
-            if since is None:
-                self._send_started = event = trio.Event()
-                await event.wait()
-                continue
-            await trio.sleep_until(since + bound)
-            if self.sending_since == since and self._sends_started == started:
+            if since is not None:
+                await trio.sleep_until(since + bound)
+                if self.sending_since != since or self._sends_started != started:
+                    continue  # that send ended: look at the one in flight now, if any
                 self.broken = True
                 if self.turn_sends is not None:
                     self.turn_sends.cancel()
+            # Nothing in flight, or the frame in flight is cut (it may not end at once:
+            # a send outside a turn has no scope here): wait for the next send to begin.
+            self._send_started = event = trio.Event()
+            await event.wait()
 
     async def send_within(self, data: bytes, seconds: float) -> bool:
         """Send one of proxai's own frames (an error frame outside a turn), giving up

@@ -102,3 +102,32 @@ async def test_the_watch_wakes_once_per_bound_while_frames_flow(
         nursery.cancel_scope.cancel()
     assert sent == 1000 and not socket.broken
     assert 1 <= wakes <= 1000 * 0.01 / BOUND + 2
+
+
+async def test_a_frame_blocked_outside_a_turn_is_marked_once_not_spun_on(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # No turn's scope to cancel (proxai's own frame between turns): the watch marks the
+    # socket broken once and waits for the next send; it does not loop on the same one.
+    client = _Client([3 * BOUND])
+    socket = ClientSocket(client.send, client.receive, max_message_bytes=1 << 20)
+    wakes = 0
+    original = trio.sleep_until
+
+    async def counted(deadline: float) -> None:
+        nonlocal wakes
+        wakes += 1
+        if wakes > 10:
+            raise AssertionError("the watch spins on a frame it already cut")
+        await original(deadline)
+
+    trio_sleep_until, trio.sleep_until = trio.sleep_until, counted  # type: ignore[assignment]
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(socket.watch_sends, BOUND)
+            await socket.send_text(b"between turns")
+            await trio.sleep(BOUND)
+            nursery.cancel_scope.cancel()
+    finally:
+        trio.sleep_until = trio_sleep_until
+    assert socket.broken and wakes == 1
