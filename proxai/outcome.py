@@ -51,6 +51,7 @@ MAX_NAME = 128
 #: What nests in parsed JSON (a tuple: ``dict | list`` would be built at every test).
 _NESTED = (dict, list)
 
+
 def cut_name(name: str) -> str:
     """``name`` as the record keeps it: at most :data:`MAX_NAME` characters, a cut one ending
     in ``…``."""

@@ -41,6 +41,7 @@ T = TypeVar("T")
 #: What nests in parsed JSON (a tuple: ``dict | list`` would be built at every test).
 _NESTED = (dict, list)
 
+
 def load_json_object(body: bytes) -> dict[str, Any]:
     """Parse ``body`` as a JSON object or raise :class:`ProxyError` (400, ``invalid_json``)."""
     try:
