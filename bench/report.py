@@ -374,7 +374,10 @@ PEER_SETUP = {
         "1.13.8 (the package asks for `^1.3.3`, and with the newest 1.x every proxied "
         "request fails with a 500, `TypeError: immutable` in the gateway's "
         "`ResponseService.updateHeaders`, Portkey-AI/gateway issue 1389: that release's "
-        "lightweight `Response` keeps a `fetch()` response's immutable headers)"
+        "lightweight `Response` keeps a `fetch()` response's immutable headers). Its "
+        "stream handler for this provider waits 25 ms (a `setTimeout` in its built "
+        "`start-server.js`) before it passes a stream's first event on, which its added "
+        "time to the first event shows"
     ),
 }
 PEER_STALL = {
@@ -465,6 +468,13 @@ def peers_section(pe: dict[str, Any]) -> list[str]:
             "CPU figures are per concurrency (c=" + " / ".join(str(c) for c in cs) + ").",
             "",
         ]
+    for r in pe["memory"].get("raw", []):
+        if "failed" in r:
+            out.append(
+                f"- **{PE_NAMES.get(r['target'], r['target'])}** could not hold "
+                f"{r['streams']:,} streams at once (repetition {r['rep']}): {r['failed']} "
+                "(`bench/memory.py` waits 120 s for every held stream's first event)."
+            )
     ch = pe["checks"]
     sdk = {(r["target"], r["api"]): r for r in ch.get("sdk", [])}
     for name in ran:
