@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test soak test-stateful test-browser test-clients lint typecheck check clean reliability-doc bench redis
+.PHONY: demo test soak test-stateful test-browser test-clients lint typecheck check clean reliability-doc bench bench-peers redis
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -64,7 +64,24 @@ $(VENV)/.bench-installed: pyproject.toml $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	touch $@
 
-bench: $(VENV)/.bench-installed redis
+## bench-peers: the gateways the per-event bench runs beside proxai (issue 34): LiteLLM's proxy
+## (PyPI litellm[proxy], in its own venv: it pins many packages) and Portkey's gateway (npm, with
+## the @hono/node-server pin of bench/peers/package.json); installs Debian's nodejs and npm if missing
+PEERS := bench/peers
+LITELLM_VERSION := 1.108.7
+$(PEERS)/.venv-litellm/.installed:
+	$(PYTHON) -m venv $(PEERS)/.venv-litellm
+	$(PEERS)/.venv-litellm/bin/python -m pip install --quiet 'litellm[proxy]==$(LITELLM_VERSION)'
+	touch $@
+
+$(PEERS)/node_modules/.installed: $(PEERS)/package.json $(PEERS)/package-lock.json
+	command -v npm >/dev/null || (apt-get update -qq && apt-get install -y -qq nodejs npm)
+	cd $(PEERS) && npm ci --no-audit --no-fund
+	touch $@
+
+bench-peers: $(PEERS)/.venv-litellm/.installed $(PEERS)/node_modules/.installed
+
+bench: $(VENV)/.bench-installed redis bench-peers
 	command -v nginx >/dev/null && command -v wrk >/dev/null || \
 		(apt-get update -qq && apt-get install -y -qq nginx wrk)
 	$(BIN)/python -m bench.run_all

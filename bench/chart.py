@@ -22,6 +22,8 @@ SERIES = {  # per-event bench target: (label, colour)
     "shaped-relay": ("shaped relay (proxai's tasks)", "#8172b2"),
     "proxai": ("proxai", "#dd8452"),
     "proxai-translating": ("proxai translating", "#c44e52"),
+    "litellm": ("LiteLLM proxy", "#8172b3"),
+    "portkey": ("Portkey gateway", "#937860"),
 }
 ONE_READ = {"nginx": "#4c72b0", "stack floor": "#8c8c8c", "proxai": "#dd8452"}
 FLOOR = "transport-relay"  # bench/floor.py's stock relay

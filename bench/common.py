@@ -411,11 +411,14 @@ def text_stream(deltas: int) -> list[bytes]:
 REQUEST_BODY = b'{"model":"m","stream":true,"input":"hi"}'
 
 
-def post_request(port: int, path: bytes = b"/v1/responses", body: bytes = REQUEST_BODY) -> bytes:
+def post_request(
+    port: int, path: bytes = b"/v1/responses", body: bytes = REQUEST_BODY, headers: bytes = b""
+) -> bytes:
+    """A POST; ``headers``: more header lines, each ending in CRLF (a gateway's routing)."""
     return (
         b"POST %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
         b"Content-Type: application/json\r\nAuthorization: Bearer sk-client\r\n"
-        b"Content-Length: %d\r\n\r\n" % (path, port, len(body))
+        b"%sContent-Length: %d\r\n\r\n" % (path, port, headers, len(body))
     ) + body
 
 

@@ -55,7 +55,7 @@ from typing import Any
 
 import attrs
 
-from bench import memory, streams
+from bench import gateways, memory, streams
 from bench.common import (
     DRIVER_CORE,
     ROOT,
@@ -101,6 +101,7 @@ ORDER = (
     "shaped-relay",
     "proxai",
     "proxai-translating",
+    *gateways.NAMES,
 )
 PASS_THROUGH = ("nginx", STOCK, "h11-relay", "shaped-relay", "proxai")
 MEMORY_TARGETS = (
@@ -111,7 +112,15 @@ MEMORY_TARGETS = (
     "shaped-relay",
     "proxai",
     "proxai-translating",
+    *gateways.NAMES,
 )
+#: The stall check's targets; each with the stall bound below where a documented
+#: setting gives one (proxai ``[timeouts] idle``, LiteLLM ``stream_timeout``), nginx
+#: and Portkey with their defaults (nginx: ``proxy_read_timeout 60s``; Portkey's
+#: ``request_timeout`` ends when the upstream's head arrives, nothing bounds its body).
+STALL_TARGETS = ("nginx", "proxai", *gateways.NAMES)
+STALL_BOUND = 20.0
+STALL_GIVE_UP = 75.0  # outlasts nginx's 60 s
 #: Runs ``proxai`` from another checkout (argv[1]) for a same-run A/B (bench/ab.py).
 B_LAUNCHER = (
     "import sys; sys.path.insert(0, sys.argv.pop(1)); "
@@ -136,10 +145,20 @@ class Lane:
     client_shape: str  # the API the client speaks (what it receives)
     upstream_shape: str  # the API the upstream streams
     direct: str  # the direct lane to subtract for added TTFB
+    headers: bytes = b""  # more request header lines (Portkey's routing)
+    log: Path | None = None  # a peer's output (what a failure report quotes)
 
     @property
     def name(self) -> str:
         return self.target.name
+
+    @property
+    def peer(self) -> bool:
+        """One of the gateways a user would pick instead (bench/gateways.py)."""
+        return self.name in gateways.NAMES
+
+    def request(self, body: bytes) -> bytes:
+        return post_request(self.target.port, self.path, body, self.headers)
 
     @property
     def translated(self) -> bool:
@@ -162,9 +181,26 @@ def event_upstream() -> tuple[subprocess.Popen[bytes], int]:
     return process, port
 
 
+def peer_models() -> list[str]:
+    """Every model the bench asks a peer for (LiteLLM lists each one)."""
+    variants = [Variant(d, p) for d in (2, *LENGTHS) for p in MODES.values()]
+    return [v.model for v in (*variants, Variant(hold=True))]
+
+
 @contextmanager
-def lanes(names: Sequence[str], upstream: int, *, held: bool = False) -> Iterator[list[Lane]]:
-    """Start the proxies of ``names`` in front of the upstream; yield them as lanes."""
+def lanes(
+    names: Sequence[str],
+    upstream: int,
+    *,
+    failed: dict[str, str] | None = None,
+    stall_bound: float | None = None,
+) -> Iterator[list[Lane]]:
+    """Start the proxies of ``names`` in front of the upstream; yield them as lanes.
+
+    A peer (bench/gateways.py) that is not installed or does not start is left out,
+    and why goes into ``failed``. ``stall_bound``: proxai's ``[timeouts] idle`` and
+    LiteLLM's ``stream_timeout`` (the stall check); else the bench's long deadlines."""
+    failed = {} if failed is None else failed
     with workdir() as wd, ExitStack() as stack:
         processes: list[Any] = []
         stack.callback(stop, processes)
@@ -172,6 +208,10 @@ def lanes(names: Sequence[str], upstream: int, *, held: bool = False) -> Iterato
         for name in names:
             port, pid = free_port(), None
             path, client, up, direct = RESPONSES, "responses", "responses", "direct"
+            headers = b""
+            if name in gateways.NAMES and (reason := gateways.missing(name)):
+                failed[name] = reason
+                continue
             if name == "direct":
                 port = upstream
             elif name == "direct-chat":
@@ -179,7 +219,15 @@ def lanes(names: Sequence[str], upstream: int, *, held: bool = False) -> Iterato
             elif name == "nginx":
                 processes.append(nginx_proxy(wd, port, upstream))
             elif name == "proxai":
-                processes.append(proxai(wd, port, upstream, timeouts=TIMEOUTS))
+                timeouts = TIMEOUTS if stall_bound is None else {"idle": stall_bound}
+                processes.append(proxai(wd, port, upstream, timeouts=timeouts))
+            elif name == "litellm":
+                processes.append(
+                    gateways.litellm(wd, port, upstream, peer_models(), stream_timeout=stall_bound)
+                )
+            elif name == "portkey":
+                processes.append(gateways.portkey(wd, port))
+                headers = gateways.portkey_headers(upstream)
             elif name == "proxai-b":  # an A/B: the proxai of the checkout at $PROXAI_B
                 launcher = [sys.executable, "-c", B_LAUNCHER, os.environ["PROXAI_B"]]
                 processes.append(
@@ -224,11 +272,22 @@ def lanes(names: Sequence[str], upstream: int, *, held: bool = False) -> Iterato
                 processes.append(hypercorn_app(app, port, upstream))
             if processes and name not in ("direct", "direct-chat"):
                 pid = processes[-1].pid
-            out.append(Lane(Target(name, port, pid), (), path, client, up, direct))
+            log_file = gateways.log_path(wd, name, port) if name in gateways.NAMES else None
+            target = Target(name, port, pid)
+            out.append(Lane(target, (), path, client, up, direct, headers, log_file))
+        started = []
         for lane in out:
-            wait_port(lane.target.port, timeout=60.0)  # a loaded machine starts them slowly
+            try:  # a loaded machine starts them slowly; LiteLLM takes 10-20 s alone
+                wait_port(lane.target.port, timeout=120.0 if lane.peer else 60.0)
+            except RuntimeError:
+                if not lane.peer:
+                    raise
+                tail = gateways.log_tail(lane.log)
+                failed[lane.name] = f"did not listen within 120 s; its log ends: {tail}"
+                continue
+            started.append(lane)
         time.sleep(0.3)  # hypercorn forks its worker after binding
-        yield [attrs.evolve(lane, pids=tuple(lane.target.pids())) for lane in out]
+        yield [attrs.evolve(lane, pids=tuple(lane.target.pids())) for lane in started]
 
 
 # -- checks ---------------------------------------------------------------------------
@@ -268,17 +327,24 @@ def check_responses(body: bytes, text: str) -> str | None:
 
 
 def check(lane: Lane, variant: Variant, body: bytes) -> str | None:
-    """Why a body received through ``lane`` is wrong (None: it is right)."""
+    """Why a body received through ``lane`` is wrong (None: it is right). A peer may
+    re-serialize the stream: :data:`bench.gateways.RESERIALIZED` if it carries the
+    same text."""
+    text = "".join(streams.answer(variant.deltas))
     if lane.translated:
-        return check_responses(body, "".join(streams.answer(variant.deltas)))
-    if body != streams.body(variant, lane.upstream_shape):
+        return check_responses(body, text)
+    upstream = streams.body(variant, lane.upstream_shape)
+    if lane.peer:
+        return gateways.byte_verdict(body, upstream, lane.client_shape, text)
+    if body != upstream:
         return "bytes differ from the upstream's"
     return None
 
 
 def sdk_checks(by_name: dict[str, Lane]) -> list[Row]:
-    """The openai SDK's accumulators over proxai: pass-through Responses and Chat,
-    translated Responses. Each must rebuild the text the upstream sent."""
+    """The openai SDK's accumulators over proxai (pass-through Responses and Chat,
+    translated Responses) and the peers (Responses and Chat). Each must rebuild the
+    text the upstream sent."""
     import openai
 
     out: list[Row] = []
@@ -288,15 +354,18 @@ def sdk_checks(by_name: dict[str, Lane]) -> list[Row]:
         ("proxai", "responses"),
         ("proxai", "chat"),
         ("proxai-translating", "responses"),
+        *((peer, api) for peer in gateways.NAMES for api in ("responses", "chat")),
     ):
         lane = by_name.get(name)
         if lane is None:
             continue
+        headers = dict(line.split(": ", 1) for line in lane.headers.decode().split("\r\n") if line)
         client = openai.OpenAI(
             base_url=f"http://127.0.0.1:{lane.target.port}/v1",
             api_key="sk-client",
             max_retries=0,
             timeout=30,
+            default_headers=headers,
         )
         problem = None
         try:
@@ -323,8 +392,8 @@ def sdk_checks(by_name: dict[str, Lane]) -> list[Row]:
 async def _cell(lane: Lane, variant: Variant, c: int, k: int) -> Row:
     port = lane.target.port
     shape = lane.client_shape
-    request = post_request(port, lane.path, streams.request_body(variant, shape))
-    warm = post_request(port, lane.path, streams.request_body(Variant(2, 0.0), shape))
+    request = lane.request(streams.request_body(variant, shape))
+    warm = lane.request(streams.request_body(Variant(2, 0.0), shape))
     connections = await asyncio.gather(*(connect(port) for _ in range(c)))
     responses: list[Any] = []
     try:
@@ -344,10 +413,14 @@ async def _cell(lane: Lane, variant: Variant, c: int, k: int) -> Row:
         for _, writer in connections:
             writer.close()
     problems = [
-        "incomplete" if not r.complete or r.status != 200 else check(lane, variant, bytes(r.body))
+        (
+            f"incomplete (status {r.status}: {bytes(r.body[:160]).decode(errors='replace')})"
+            if not r.complete or r.status != 200
+            else check(lane, variant, bytes(r.body))
+        )
         for r in responses
     ]
-    bad = [p for p in problems if p]
+    bad = [p for p in problems if p and p != gateways.RESERIALIZED]
     return {
         "streams": len(responses),
         "cpu_s": cpu,
@@ -358,6 +431,7 @@ async def _cell(lane: Lane, variant: Variant, c: int, k: int) -> Row:
         "first_event_ms": [r.first_event * 1000 for r in responses],
         "bad": len(bad),
         "problem": bad[0] if bad else None,
+        "reserialized": problems.count(gateways.RESERIALIZED),
     }
 
 
@@ -376,21 +450,86 @@ def cell(lane: Lane, mode: str, c: int, deltas: int, rep: int) -> Row:
     return row
 
 
+# -- the stall ----------------------------------------------------------------------
+
+
+async def _stall(lane: Lane, give_up: float) -> Row:
+    """One held stream (``ev-hold``: the first event, then the upstream says nothing and
+    keeps the connection) through ``lane``, until the target ends it or ``give_up``."""
+    reader, writer = await connect(lane.target.port)
+    received = bytearray()
+    last = [float("nan")]
+
+    def on_body(data: bytes, at: float) -> None:
+        if len(received) < 65536:  # capped: the client keeps what it needs to tell
+            received.extend(data)
+        last[0] = at
+
+    response: Any = None
+    t0 = time.perf_counter()
+    try:
+        request = lane.request(streams.request_body(Variant(hold=True), lane.client_shape))
+        exchange_ = exchange(reader, writer, request, keep_body=False, on_body=on_body)
+        response = await asyncio.wait_for(exchange_, timeout=give_up)
+        ending = "complete" if response.complete else "closed"
+    except TimeoutError:
+        ending = "gave up"
+    except ConnectionError:
+        ending = "reset"
+    finally:
+        writer.close()
+    return {
+        "target": lane.name,
+        "ended_s": time.perf_counter() - t0,  # when the target ended it (or the client)
+        "status": response.status if response is not None else None,  # None: still open
+        "ending": ending,
+        "last_byte_s": last[0],
+        "body": received.decode(errors="replace"),
+    }
+
+
+def stall_checks(
+    upstream: int, give_up: float = STALL_GIVE_UP, bound: float = STALL_BOUND
+) -> dict[str, Any]:
+    """A stalled upstream stream through nginx, proxai and the peers, all at once: was
+    it bounded, and what did the client see (:func:`bench.gateways.stall_verdict`)."""
+    failed: dict[str, str] = {}
+    with lanes(STALL_TARGETS, upstream, failed=failed, stall_bound=bound) as found:
+
+        async def all_at_once() -> list[Row]:
+            return list(await asyncio.gather(*(_stall(lane, give_up) for lane in found)))
+
+        log(f"perevent stall: one held stream per target, giving up after {give_up:g} s")
+        raw = asyncio.run(all_at_once())
+    rows = []
+    for row in raw:
+        row.update(gateways.stall_verdict(row, give_up))
+        row["body"] = row["body"][-600:]  # the stream's end is what tells
+        log("perevent stall", {k: v for k, v in row.items() if k != "body"})
+        rows.append(row)
+    return {"rows": rows, "give_up_s": give_up, "bound_s": bound, "failed": failed}
+
+
 # -- memory ---------------------------------------------------------------------------
 
 
-def held_memory(reps: int, count: int, upstream: int) -> list[Row]:
+def held_memory(
+    reps: int, count: int, upstream: int, targets: Sequence[str] = MEMORY_TARGETS
+) -> list[Row]:
     """RSS per held stream, fresh processes per repetition."""
     raw: list[Row] = []
     for rep in range(reps):
-        with lanes(MEMORY_TARGETS, upstream) as found:
+        with lanes(targets, upstream) as found:
             for lane in found:
-                request = post_request(
-                    lane.target.port,
-                    lane.path,
-                    streams.request_body(Variant(hold=True), "responses"),
-                )
-                row = {**memory.measure(lane.target, count, request), "rep": rep}
+                request = lane.request(streams.request_body(Variant(hold=True), "responses"))
+                try:
+                    row = {**memory.measure(lane.target, count, request), "rep": rep}
+                except (TimeoutError, RuntimeError, OSError) as exc:
+                    if not lane.peer:
+                        raise
+                    # what the peer did is the finding: recorded, not the end of the run
+                    why = f"{type(exc).__name__} {exc}".strip()
+                    row = {"target": lane.name, "rep": rep, "streams": count, "failed": why}
                 log("perevent memory", row)
                 raw.append(row)
     return raw
@@ -514,50 +653,47 @@ def cpu_summary(raw: list[Row]) -> list[Row]:
 
 def ttfb_summary(raw: list[Row], direct_of: dict[str, str]) -> list[Row]:
     """Added time to first byte, paced cells (both lengths pooled), against the direct
-    lane of the same shape in the same repetition; p50 and p90, medians over reps."""
+    lane of the same shape in the same repetition; p50, p90 and p99, medians over
+    reps. The same for the first byte of the body (``event_``): a gateway may send the
+    response head before it has the first event."""
     paced = [r for r in raw if r["mode"] == "paced"]
+    quantiles = (50, 90, 99)
     out = []
     for c in sorted({r["concurrency"] for r in paced}):
         for target in ORDER:
             if target not in direct_of:
                 continue
-            added: dict[str, list[float]] = {"p50": [], "p90": []}
-            own: dict[str, list[float]] = {"p50": [], "p90": []}
+            figures: dict[str, list[float]] = {}
             for rep in sorted({r["rep"] for r in paced}):
 
-                def samples(name: str, rep: int = rep, c: int = c) -> list[float]:
+                def samples(name: str, field: str, rep: int = rep, c: int = c) -> list[float]:
                     return [
                         s
                         for r in paced
                         if (r["target"], r["concurrency"], r["rep"]) == (name, c, rep)
-                        for s in r["ttfb_ms"]
+                        for s in r[field]
                     ]
 
-                mine, base = samples(target), samples(direct_of[target])
-                if not mine or not base:
-                    continue
-                for q in (50, 90):
-                    own[f"p{q}"].append(percentile(mine, q))
-                    added[f"p{q}"].append(percentile(mine, q) - percentile(base, q))
-            if not own["p50"]:
+                for prefix, field in (("", "ttfb_ms"), ("event_", "first_event_ms")):
+                    mine, base = samples(target, field), samples(direct_of[target], field)
+                    if not mine or not base:
+                        continue
+                    for q in quantiles:
+                        own, theirs = percentile(mine, q), percentile(base, q)
+                        figures.setdefault(f"{prefix}ttfb_p{q}_ms", []).append(own)
+                        figures.setdefault(f"{prefix}added_p{q}_ms", []).append(own - theirs)
+            if "ttfb_p50_ms" not in figures:
                 continue
-            out.append(
-                {
-                    "target": target,
-                    "concurrency": c,
-                    "ttfb_p50_ms": median(own["p50"]),
-                    "ttfb_p90_ms": median(own["p90"]),
-                    "added_p50_ms": median(added["p50"]),
-                    "added_p90_ms": median(added["p90"]),
-                }
-            )
+            row: Row = {"target": target, "concurrency": c}
+            row.update({key: median(values) for key, values in figures.items()})
+            out.append(row)
     return out
 
 
 def memory_summary(raw: list[Row]) -> list[Row]:
     out = []
     for name in MEMORY_TARGETS:
-        rows = [r for r in raw if r["target"] == name]
+        rows = [r for r in raw if r["target"] == name and "failed" not in r]
         if rows:
             out.append(
                 {
@@ -579,15 +715,26 @@ def run(
     concurrency: Sequence[int] = CONCURRENCY,
     held_streams: int = 500,
     split_streams: int = 200,
+    stall_give_up: float = STALL_GIVE_UP,
+    stall_bound: float = STALL_BOUND,
 ) -> dict[str, Any]:
     started = time.monotonic()
     process, upstream = event_upstream()
+    failed: dict[str, str] = {}  # peer -> why it is not in the run
     try:
         raw: list[Row] = []
-        with lanes(ORDER, upstream) as found:
+        with lanes(ORDER, upstream, failed=failed) as started_lanes:
+            found = []
+            for lane in started_lanes:  # warm up (and check one paced stream of each)
+                warm = cell(lane, "paced", 4, 2, -1)
+                if lane.peer and warm["bad"] == warm["streams"]:
+                    tail = gateways.log_tail(lane.log)
+                    failed[lane.name] = f"every warm-up stream failed: {warm['problem']}" + (
+                        f"; its log ends: {tail}" if tail else ""
+                    )
+                    continue
+                found.append(lane)
             by_name = {lane.name: lane for lane in found}
-            for lane in found:  # warm up (and check one paced stream of each)
-                cell(lane, "paced", 4, 2, -1)
             sdk = sdk_checks(by_name)
             for rep in range(reps):
                 for mode in MODES:
@@ -601,7 +748,9 @@ def run(
                                 raw.append(cell(lane, mode, c, deltas, rep))
             direct_of = {lane.name: lane.direct for lane in found if lane.target.pid}
         cpu_wall = time.monotonic() - started
-        held = held_memory(reps, held_streams, upstream)
+        measured = [t for t in MEMORY_TARGETS if t not in failed]
+        held = held_memory(reps, held_streams, upstream, measured)
+        stall = stall_checks(upstream, stall_give_up, stall_bound)
         split = [memory_split(upstream, split_streams, p) for p in (None, "openai_chat")]
     finally:
         stop([process])
@@ -618,10 +767,21 @@ def run(
             "cells": len(raw),
             "bad": sum(r["bad"] for r in raw),
             "problems": sorted({f"{r['target']}: {r['problem']}" for r in raw if r["problem"]}),
+            "reserialized": {
+                name: sum(r.get("reserialized", 0) for r in raw if r["target"] == name)
+                for name in gateways.NAMES
+                if name in by_name
+            },
             "sdk": sdk,
             "bytes_20_deltas": upstream_bytes,
         },
         "memory": {"raw": held, "summary": memory_summary(held), "split": split},
+        "stall": stall,
+        "peers": {
+            "failed": failed,
+            "ran": [name for name in gateways.NAMES if name in by_name],
+            "versions": gateways.versions(),
+        },
         "settings": {
             "pause_ms": PAUSE * 1000,
             "lengths": list(LENGTHS),
@@ -634,17 +794,24 @@ def run(
     }
 
 
+def quick() -> dict[str, Any]:
+    """A smoke run: one rep, c=1 and 16, few held streams, a 2 s stall bound."""
+    return run(1, (1, 16), 100, 50, stall_give_up=8.0, stall_bound=2.0)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="one rep, c=1 and 16, few streams")
+    parser.add_argument(
+        "--quick", action="store_true", help="one rep, c=1 and 16, few streams, a short stall"
+    )
     args = parser.parse_args()
     if not have_tools("nginx", "taskset"):
         return 2
     pin_driver()
-    result = run(1, (1, 16), 100, 50) if args.quick else run(args.reps)
+    result = quick() if args.quick else run(args.reps)
     save("perevent", result)
     for row in result["cpu"]:
         print({k: round(v, 2) if isinstance(v, float) else v for k, v in row.items()})

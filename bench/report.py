@@ -46,7 +46,10 @@ PE_NAMES = {
     "shaped-relay": "shaped relay (the h11 relay in proxai's four tasks and two channels)",
     "proxai": "**proxai** (pass-through)",
     "proxai-translating": "**proxai translating** (Chat upstream)",
+    "litellm": "LiteLLM proxy (Responses route)",
+    "portkey": "Portkey gateway (Responses route)",
 }
+PEERS = ("litellm", "portkey")
 PE_CPU = (
     "nginx",
     "hypercorn-paced",
@@ -55,8 +58,16 @@ PE_CPU = (
     "shaped-relay",
     "proxai",
     "proxai-translating",
+    *PEERS,
 )
-PE_RATIO = ("hypercorn-paced", "h11-relay", "shaped-relay", "proxai", "proxai-translating")
+PE_RATIO = (
+    "hypercorn-paced",
+    "h11-relay",
+    "shaped-relay",
+    "proxai",
+    "proxai-translating",
+    *PEERS,
+)
 
 
 def _pe_cs(rows: list[Row], mode: str) -> list[int]:
@@ -183,6 +194,7 @@ def perevent_section(res: dict[str, Any]) -> list[str]:
     out += ttfb_section(pe)
     out += pe_memory_section(pe)
     out += checks_section(pe)
+    out += peers_section(pe)
     out += profile_section(res)
     return out
 
@@ -231,20 +243,15 @@ def ttfb_section(pe: dict[str, Any]) -> list[str]:
         "| target | " + " | ".join(f"c={c}" for c in cs) + " |",
         "|---|" + "---|" * len(cs),
     ]
-    for target in (
-        "nginx",
-        "hypercorn-paced",
-        "stock-relay",
-        "h11-relay",
-        "proxai",
-        "proxai-translating",
-    ):
+    for target in PE_CPU:
         cells = []
         for c in cs:
             r = next((x for x in rows if x["target"] == target and x["concurrency"] == c), None)
             cells.append(
                 "—" if r is None else f"{n(r['added_p50_ms'], 2)} / {n(r['added_p90_ms'], 2)}"
             )
+        if all(cell == "—" for cell in cells):
+            continue
         out.append(f"| {PE_NAMES[target]} | " + " | ".join(cells) + " |")
     out += [
         "",
@@ -277,6 +284,7 @@ def pe_memory_section(pe: dict[str, Any]) -> list[str]:
         "h11-relay",
         "proxai",
         "proxai-translating",
+        *PEERS,
     ):
         r = rows.get(name)
         if r is None:
@@ -355,6 +363,174 @@ def checks_section(pe: dict[str, Any]) -> list[str]:
             + ".",
         ]
     return [*out, ""]
+
+
+PEER_SETUP = {
+    "litellm": (
+        "LiteLLM's proxy (PyPI `litellm[proxy]`, its own venv `bench/peers/.venv-litellm`), "
+        "`litellm --config FILE --num_workers 1`: the offline cost map "
+        "(`LITELLM_LOCAL_MODEL_COST_MAP=True`; without it LiteLLM fetches the map from "
+        "GitHub at start), a master key (it refuses to start without one), and one "
+        "`openai/<model>` entry per bench model with `model_info: "
+        "{supports_native_streaming: true}` (for a model its cost map does not know, "
+        "LiteLLM fakes a Responses stream: it asks for the whole answer and fails to parse "
+        "the upstream's SSE as JSON)"
+    ),
+    "portkey": (
+        "Portkey's gateway (npm `@portkey-ai/gateway`, Node), `node build/start-server.js "
+        "--headless`, routed per request by `x-portkey-provider: openai` and "
+        "`x-portkey-custom-host`; `bench/peers/package.json` pins `@hono/node-server` to "
+        "1.13.8 (the package asks for `^1.3.3`, and with the newest 1.x every proxied "
+        "request fails with a 500, `TypeError: immutable` in the gateway's "
+        "`ResponseService.updateHeaders`, Portkey-AI/gateway issue 1389: that release's "
+        "lightweight `Response` keeps a `fetch()` response's immutable headers). Its "
+        "stream handler for this provider waits 25 ms (a `setTimeout` in its built "
+        "`start-server.js`) before it passes a stream's first event on, which its added "
+        "time to the first event shows"
+    ),
+}
+PEER_STALL = {
+    "nginx": "defaults (`proxy_read_timeout 60s`)",
+    "proxai": "`[timeouts] idle = {bound:g}`",
+    "litellm": "`stream_timeout: {bound:g}` on each model entry (documented; its default "
+    "request timeout is 6,000 s)",
+    "portkey": "defaults: its `x-portkey-request-timeout` stops counting when the "
+    "upstream's head arrives, so no setting bounds a stalled body",
+}
+
+
+def peer_failures(pe: dict[str, Any]) -> list[str]:
+    """One paragraph per peer that could not run, with the reason the bench recorded."""
+    failed = pe.get("peers", {}).get("failed", {})
+    return [
+        f"**{PE_NAMES.get(name, name)} did not run**: {reason}." for name, reason in failed.items()
+    ]
+
+
+def peers_section(pe: dict[str, Any]) -> list[str]:
+    """The gateways a user would pick instead, side by side with proxai (issue 34)."""
+    peers = pe.get("peers")
+    if peers is None:
+        return []
+    versions = peers.get("versions", {})
+    out = [
+        "### The gateways a user would pick instead: LiteLLM and Portkey",
+        "",
+        "Installed from their registries by `make bench-peers` (versions: "
+        + ", ".join(f"{k} {v}" for k, v in versions.items())
+        + "), each one process pinned to core 1 like every target above, in front of the "
+        "same paced upstream in the same run, on the same lane as pass-through proxai: a "
+        "Responses client, an `openai` Responses upstream. Their CPU is their whole "
+        "process tree's (`/proc/PID/task/*/schedstat`).",
+        "",
+    ]
+    for name in PEERS:
+        if name in peers.get("ran", []) or name not in peers.get("failed", {}):
+            out += [f"- {PEER_SETUP[name]}."]
+    out += ["", *(line for p in peer_failures(pe) for line in (p, ""))]
+    ran = [name for name in PEERS if name in peers.get("ran", [])]
+    rows = pe["cpu"]
+    cs = _pe_cs(rows, "paced")
+    tt = pe["ttfb"]
+    mem = {r["target"]: r for r in pe["memory"]["summary"]}
+    stock_mem = mem.get("stock-relay", {}).get("kb_per_stream", float("nan"))
+
+    def added(target: str, c: int, key: str) -> str:
+        r = next((x for x in tt if (x["target"], x["concurrency"]) == (target, c)), None)
+        return "—" if r is None or key not in r else n(r[key], 2)
+
+    if ran:
+        out += [
+            "Paced, against the stock relay (medians of per-repetition ratios) and "
+            "proxai pass-through; added time to the response head and to the first event, "
+            "p50 / p99 in ms over `direct`, at c=" + " and c=".join(str(c) for c in cs[:2]) + ":",
+            "",
+            "| target | CPU per event, µs (× stock) | CPU per stream, µs (× stock) | added "
+            "TTFB, head | added TTFB, first event | RSS per held stream (× stock) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name in ("stock-relay", "proxai", *ran):
+            found = [_pe_row(rows, name, "paced", c) for c in cs]
+            event = " / ".join(
+                "—" if r is None else f"{n(r['marginal_us'], 1)} ({r['marginal_vs_stock']:.2f}×)"
+                for r in found
+            )
+            stream = " / ".join(
+                "—" if r is None else f"{n(r['fixed_us'])} ({r['fixed_vs_stock']:.2f}×)"
+                for r in found
+            )
+            head = "; ".join(
+                f"{added(name, c, 'added_p50_ms')} / {added(name, c, 'added_p99_ms')}"
+                for c in cs[:2]
+            )
+            first = "; ".join(
+                f"{added(name, c, 'event_added_p50_ms')} / {added(name, c, 'event_added_p99_ms')}"
+                for c in cs[:2]
+            )
+            kb = mem.get(name, {}).get("kb_per_stream", float("nan"))
+            out.append(
+                f"| {PE_NAMES[name]} | {event} | {stream} | {head} | {first} | "
+                f"{n(kb, 1)} KiB ({ratio(kb, stock_mem)}) |"
+            )
+        out += [
+            "",
+            "CPU figures are per concurrency (c=" + " / ".join(str(c) for c in cs) + ").",
+            "",
+        ]
+    for r in pe["memory"].get("raw", []):
+        if "failed" in r:
+            out.append(
+                f"- **{PE_NAMES.get(r['target'], r['target'])}** could not hold "
+                f"{r['streams']:,} streams at once (repetition {r['rep']}): {r['failed']} "
+                "(`bench/memory.py` waits 120 s for every held stream's first event)."
+            )
+    ch = pe["checks"]
+    sdk = {(r["target"], r["api"]): r for r in ch.get("sdk", [])}
+    for name in ran:
+        count = ch.get("reserialized", {}).get(name, 0)
+        problems = [p for p in ch["problems"] if p.startswith(f"{name}:")]
+        bytes_text = (
+            "returned the upstream's bytes unchanged"
+            if not count
+            else f"re-serialized {count:,} bodies (other bytes, the same text, a complete stream)"
+        )
+        sdk_text = "; ".join(
+            f"{api}: " + ("text rebuilt exactly" if r["ok"] else f"**failed** ({r['problem']})")
+            for (target, api), r in sdk.items()
+            if target == name
+        )
+        out.append(
+            f"- **{PE_NAMES[name]}**: {bytes_text}"
+            + (f"; **failures**: {'; '.join(problems)}" if problems else "")
+            + (f"; the openai SDK's accumulators through it: {sdk_text}" if sdk_text else "")
+            + "."
+        )
+    out += ["", *stall_table(pe.get("stall")), ""]
+    return out
+
+
+def stall_table(stall: dict[str, Any] | None) -> list[str]:
+    if not stall:
+        return []
+    bound = stall["bound_s"]
+    out = [
+        f"A stalled upstream (`ev-hold`: the first event, then nothing, the connection kept "
+        f"open), one stream through each target at once; the client gives up after "
+        f"{stall['give_up_s']:g} s. A target with a documented setting that bounds a stall "
+        f"has it at {bound:g} s; the others run with their defaults.",
+        "",
+        "| target | setting | bounded | what the client saw |",
+        "|---|---|---|---|",
+    ]
+    for row in stall["rows"]:
+        setting = PEER_STALL.get(row["target"], "").format(bound=bound)
+        out.append(
+            f"| {PE_NAMES.get(row['target'], row['target'])} | {setting} | "
+            f"{'yes' if row['bounded'] else '**no**'} | {row['what']} |"
+        )
+    for name, reason in stall.get("failed", {}).items():
+        out.append(f"| {PE_NAMES.get(name, name)} | — | — | did not run: {reason} |")
+    return out
 
 
 def profile_section(res: dict[str, Any]) -> list[str]:

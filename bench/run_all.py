@@ -92,7 +92,7 @@ def profile(seconds: int) -> dict[str, Any]:
 def plan(reps: int, quick: bool) -> dict[str, Callable[[], dict[str, Any]]]:
     if quick:
         return {
-            "perevent": lambda: perevent.run(1, (1, 16), 100, 50),
+            "perevent": perevent.quick,
             "profile": lambda: profile(2),
             "throughput": lambda: throughput.run(1, 1, [1, 16]),
             "longstream": lambda: longstream.run(1, 20_000),
