@@ -1,0 +1,250 @@
+"""Where ``[telemetry]``'s CPU goes, counted: calls and instructions per request, on
+against off, that do not depend on the machine's load (issue 34 item 3).
+
+    .venv/bin/python -m bench.telemetry_profile [--requests 200] [--deltas 20] [--top 30]
+    .venv/bin/python -m bench.telemetry_profile --callgrind [--requests 100]
+
+Streaming Responses requests (``--deltas`` text deltas each, bench/streams.py's stream)
+go one after another through :class:`~proxai.testing.memory_proxy.MemoryProxy`, with
+``[telemetry]`` off and on (``sampling_ratio = 1.0``, exporting over OTLP/HTTP to a sink
+in another process, so the exporters' threads do all their work: protobuf encoding and
+HTTP requests). Each configuration runs in a fresh process at N and 2N requests, and the
+difference over N is the cost of one request: startup, shutdown and the single metric
+collection of a run cancel out.
+
+- default: cProfile over every thread of the process (the trio thread and the SDK's
+  exporter threads, each profiled from its start), total function calls per request
+  (Python and builtin), and the functions that telemetry adds, by calls (own times
+  are left out: they are as loaded as the machine, and a thread's waits count in them);
+- ``--callgrind``: the whole process under ``valgrind --tool=callgrind``, instructions
+  per request (every thread).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import importlib
+import marshal
+import os
+import pstats
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from bench.streams import Variant, request_body, responses_events, variant_of
+from bench.telemetry import sink
+
+_Key = tuple[str, int, str]
+_Stats = dict[_Key, tuple[int, int, float, float, Any]]
+
+
+_SCRIPTS: dict[bytes, Any] = {}
+
+
+def _responder(request: Any) -> Any:
+    """The stream the request's model names, built once (the upstream's work is no
+    proxy's: only the in-memory transport's is left in the counts)."""
+    from proxai.testing.upstream import Script
+
+    script = _SCRIPTS.get(request.body)
+    if script is None:
+        script = _SCRIPTS[request.body] = Script.sse(responses_events(variant_of(request.body)))
+    return script
+
+
+async def _drive(requests: int, deltas: int, endpoint: str | None) -> None:
+    from proxai.testing.memory_proxy import MemoryProxy
+
+    telemetry = None
+    if endpoint is not None:
+        telemetry = {"enabled": True, "endpoint": endpoint, "sampling_ratio": 1.0}
+    body = request_body(Variant(deltas), "responses")
+    async with MemoryProxy(_responder, telemetry=telemetry) as proxy:
+        for _ in range(requests):
+            exchange = await proxy.request(body)
+            assert exchange.status == 200 and exchange.body.endswith(b"\n\n"), exchange
+
+
+def _profile_threads(profiles: list[cProfile.Profile]) -> None:
+    """Every thread started from now on runs under a profiler of its own."""
+    run = threading.Thread.run
+
+    def profiled(self: threading.Thread) -> None:
+        profile = cProfile.Profile()
+        profiles.append(profile)
+        profile.enable()
+        try:
+            run(self)
+        finally:
+            profile.disable()
+
+    threading.Thread.run = profiled  # type: ignore[method-assign]
+
+
+def child(mode: str, requests: int, deltas: int, endpoint: str | None, out: str) -> None:
+    """One run, in this (fresh) process: ``mode`` is ``cprofile`` or ``plain``."""
+    # Imports are no request's cost: done before the profiler starts.
+    importlib.import_module("proxai.service.app")
+    if endpoint is not None:
+        importlib.import_module("proxai.ops.telemetry")
+    if mode == "plain":
+        trio.run(_drive, requests, deltas, endpoint)
+        return
+    profiles: list[cProfile.Profile] = []
+    _profile_threads(profiles)
+    main = cProfile.Profile()
+    main.enable()
+    trio.run(_drive, requests, deltas, endpoint)
+    main.disable()
+    stats = pstats.Stats(main)
+    for profile in profiles:
+        stats.add(profile)
+    stats.dump_stats(out)
+
+
+def _spawn(argv: list[str], prefix: list[str] = ()) -> None:  # type: ignore[assignment]
+    subprocess.run(
+        [*prefix, sys.executable, "-m", "bench.telemetry_profile", *argv],
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+    )
+
+
+def _load(path: str) -> _Stats:
+    with open(path, "rb") as f:
+        stats: _Stats = marshal.load(f)
+    return stats
+
+
+def _diff(large: _Stats, small: _Stats, n: int) -> dict[_Key, tuple[float, float]]:
+    """Per request: calls and own seconds of each function."""
+    out = {}
+    for key, (_, calls, own, _, _) in large.items():
+        base = small.get(key, (0, 0, 0.0, 0.0, None))
+        out[key] = ((calls - base[1]) / n, (own - base[2]) / n)
+    return out
+
+
+def _where(key: _Key) -> str:
+    path, line, name = key
+    if path == "~":
+        return name
+    short = re.sub(r".*/site-packages/", "", path)
+    short = re.sub(r".*/(proxai|bench)/", r"\1/", short)
+    return f"{short}:{line}({name})"
+
+
+def _group(key: _Key) -> str:
+    path = key[0]
+    for mark, group in (
+        ("opentelemetry/exporter", "otel exporter"),
+        ("opentelemetry/sdk", "otel sdk"),
+        ("opentelemetry/", "otel api"),
+        ("google/protobuf", "protobuf"),
+        ("requests/", "requests/urllib3/http"),
+        ("urllib3/", "requests/urllib3/http"),
+        ("http/client", "requests/urllib3/http"),
+        ("proxai/ops/telemetry", "proxai telemetry"),
+        ("proxai/ops/genai", "proxai telemetry"),
+        ("proxai/ops/labels", "proxai telemetry"),
+        ("threading.py", "threading"),
+    ):
+        if mark in path:
+            return group
+    if path == "~":
+        return "builtins"
+    return "rest"
+
+
+def cprofile_report(requests: int, deltas: int, top: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp, sink() as endpoint:
+        runs: dict[tuple[str, int], _Stats] = {}
+        for side in ("off", "on"):
+            for n in (requests, 2 * requests):
+                out = str(Path(tmp) / f"{side}-{n}.prof")
+                argv = ["--child", "cprofile", "--requests", str(n), "--deltas", str(deltas)]
+                argv += ["--out", out] + (["--endpoint", endpoint] if side == "on" else [])
+                _spawn(argv)
+                runs[side, n] = _load(out)
+    per = {
+        side: _diff(runs[side, 2 * requests], runs[side, requests], requests)
+        for side in ("off", "on")
+    }
+    totals = {side: sum(c for c, _ in per[side].values()) for side in per}
+    print(f"function calls per request ({deltas} deltas, cProfile, every thread):")
+    for side in ("off", "on"):
+        print(f"  {side}: {totals[side]:.0f}")
+    added = totals["on"] - totals["off"]
+    print(f"  on - off: {added:.0f} ({added / totals['off']:.1%} of off)")
+    delta: dict[_Key, float] = {}
+    for key in per["on"].keys() | per["off"].keys():
+        delta[key] = per["on"].get(key, (0.0, 0.0))[0] - per["off"].get(key, (0.0, 0.0))[0]
+    groups: dict[str, float] = {}
+    for key, calls in delta.items():
+        groups[_group(key)] = groups.get(_group(key), 0.0) + calls
+    print("on - off by group, calls per request:")
+    for group, calls in sorted(groups.items(), key=lambda g: -g[1]):
+        print(f"  {calls:8.1f}  {group}")
+    print(f"top {top} added functions, calls per request:")
+    for key, calls in sorted(delta.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"  {calls:8.1f}  {_where(key)}")
+
+
+def _instructions(argv: list[str], out: str) -> int:
+    _spawn(
+        argv,
+        ["valgrind", "--tool=callgrind", "-q", f"--callgrind-out-file={out}"],
+    )
+    text = Path(out).read_text()
+    match = re.search(r"^(?:summary|totals):\s*(\d+)", text, re.M)
+    assert match is not None, "no totals in the callgrind output"
+    return int(match.group(1))
+
+
+def callgrind_report(requests: int, deltas: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp, sink() as endpoint:
+        per: dict[str, float] = {}
+        for side in ("off", "on"):
+            counts = []
+            for n in (requests, 2 * requests):
+                argv = ["--child", "plain", "--requests", str(n), "--deltas", str(deltas)]
+                argv += ["--endpoint", endpoint] if side == "on" else []
+                counts.append(_instructions(argv, str(Path(tmp) / f"{side}-{n}.out")))
+            per[side] = (counts[1] - counts[0]) / requests
+    print(f"instructions per request ({deltas} deltas, callgrind, whole process):")
+    for side in ("off", "on"):
+        print(f"  {side}: {per[side]:.0f}")
+    added = per["on"] - per["off"]
+    print(f"  on - off: {added:.0f} ({added / per['off']:.1%} of off)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--deltas", type=int, default=20)
+    parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--callgrind", action="store_true")
+    parser.add_argument("--child", choices=("cprofile", "plain"), help=argparse.SUPPRESS)
+    parser.add_argument("--endpoint", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.requests, args.deltas, args.endpoint, args.out or "")
+    elif args.callgrind:
+        callgrind_report(args.requests, args.deltas)
+    else:
+        cprofile_report(args.requests, args.deltas, args.top)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
