@@ -28,6 +28,7 @@ cut at :data:`~proxai.ops.genai.MAX_ID`, fewer than 50 of them a span), so the S
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable, Mapping
 from functools import partial
@@ -40,6 +41,7 @@ from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExp
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.propagate import get_global_textmap
+from opentelemetry.sdk.environment_variables import OTEL_TRACES_SAMPLER
 from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -87,6 +89,7 @@ DEFAULT_SERVICE_NAME = "proxai"
 _SCOPE = "proxai"
 _INSTRUMENTATION_SCOPE = InstrumentationScope(_SCOPE)
 _UNSET = Status(StatusCode.UNSET)
+_W3C_FIELDS = frozenset((b"traceparent", b"tracestate", b"baggage"))
 _ERROR = Status(StatusCode.ERROR)
 
 
@@ -144,9 +147,22 @@ class Telemetry:
         self.resource = self._tracer_provider.resource
         self._sampler = self._tracer_provider.sampler
         self._ids = self._tracer_provider.id_generator
+        #: Whether the sampler is parent-based with its default delegates, which decide a
+        #: span with a local parent as the parent was decided: an attempt's span then
+        #: takes its request's decision without asking the sampler again.
+        named = os.environ.get(OTEL_TRACES_SAMPLER) or "parentbased_always_on"
+        self._follows_parent = settings.sampling_ratio is not None or named.lower() in (
+            "parentbased_always_on",
+            "parentbased_always_off",
+            "parentbased_traceidratio",
+        )
         self.propagator = get_global_textmap()
         #: The headers the propagators write: a client's are not forwarded as they are.
         self.fields = frozenset(name.lower().encode("latin-1") for name in self.propagator.fields)
+        #: W3C trace context (and baggage, of which a span's context here has none: no
+        #: context is ever attached), the default: an attempt's headers are written from
+        #: its span's context directly instead of through the propagators.
+        self._w3c = b"traceparent" in self.fields and self.fields <= _W3C_FIELDS
         self.upstreams = _upstream_facts(config)
         self._meter_provider: MeterProvider | None = None
         self.instruments: _Instruments | None = None
@@ -199,6 +215,37 @@ class Telemetry:
             trace_state=decided.trace_state,
         )
         return _Started(context, of, start_ns, dict(decided.attributes or {}))
+
+    def child(self, parent: _Started, name: str, start_ns: int) -> _Started:
+        """The context of a span whose parent is ``parent`` (a span of this process)."""
+        if not self._follows_parent:
+            within = trace.set_span_in_context(NonRecordingSpan(parent.context))
+            return self.start(name, SpanKind.CLIENT, within, start_ns)
+        of = parent.context
+        context = SpanContext(
+            of.trace_id,
+            self._ids.generate_span_id(),
+            is_remote=False,
+            trace_flags=of.trace_flags,
+            trace_state=of.trace_state,
+        )
+        return _Started(context, of, start_ns, {})
+
+    def propagated(self, started: _Started) -> list[tuple[bytes, bytes]]:
+        """The headers that carry ``started``'s context upstream, as the propagators of
+        ``OTEL_PROPAGATORS`` write them."""
+        context = started.context
+        if self._w3c:
+            parent = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+            sent = [(b"traceparent", parent.encode("latin-1"))]
+            if context.trace_state:
+                sent.append((b"tracestate", context.trace_state.to_header().encode("latin-1")))
+            return sent
+        carrier: dict[str, str] = {}
+        self.propagator.inject(
+            carrier, context=trace.set_span_in_context(NonRecordingSpan(context))
+        )
+        return [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in carrier.items()]
 
     def end(
         self,
@@ -337,7 +384,6 @@ class RequestTrace:
         parent = telemetry.propagator.extract(propagated) if propagated else None
         self._started_ns = time.time_ns()
         self.span = telemetry.start(outcome.method, SpanKind.SERVER, parent, self._started_ns)
-        self._context = trace.set_span_in_context(NonRecordingSpan(self.span.context))
         #: What the request's body says (set once it is read and parsed).
         self.facts = RequestFacts(outcome.method)
         self._attempts: list[_Attempt] = []
@@ -352,14 +398,11 @@ class RequestTrace:
         if self._relay_ns is None:
             self._relay_ns = now - _ns(attempt.started_s)
         name = span_name(self.facts, self._outcome.model)
-        span = self._telemetry.start(name, SpanKind.CLIENT, self._context, now)
+        span = self._telemetry.child(self.span, name, now)
         self._attempts.append(_Attempt(span, name, attempt, index, now))
-        propagated: dict[str, str] = {}
-        context = trace.set_span_in_context(NonRecordingSpan(span.context))
-        self._telemetry.propagator.inject(propagated, context=context)
         fields = self._telemetry.fields
         sent = [(n, v) for n, v in headers if n not in fields]
-        sent += [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in propagated.items()]
+        sent += self._telemetry.propagated(span)
         return sent
 
     def attempt_done(self, attempt: AttemptRecord) -> None:
