@@ -21,9 +21,10 @@ A span costs little until it ends (issue 34): at its start only its context is m
 when the request is reported a sampled span is handed to the batch processor whole,
 as one :class:`~opentelemetry.sdk.trace.ReadableSpan` with its attributes in one
 dict, instead of through a live SDK span's per-attribute setters and locks. An
-unsampled span is never built. The attributes are bounded by construction (ids are
-cut at :data:`~proxai.ops.genai.MAX_ID`, fewer than 50 of them a span), so the SDK's
-``OTEL_*_LIMIT`` span limits are not applied to them.
+unsampled span is never built. Its attributes are not checked one by one (genai.py
+gives only the conventions' types, ids cut at :data:`~proxai.ops.genai.MAX_ID`, fewer
+than 50 a span); the SDK's span limits (``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT``, the value
+length limits) still apply when they are set low enough to bind.
 """
 
 from __future__ import annotations
@@ -36,16 +37,17 @@ from functools import partial
 import attrs
 import httpx
 from opentelemetry import trace
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.propagate import get_global_textmap
-from opentelemetry.sdk.environment_variables import OTEL_TRACES_SAMPLER
+from opentelemetry.sdk.environment_variables import OTEL_SDK_DISABLED, OTEL_TRACES_SAMPLER
 from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.sampling import Decision, ParentBased, Sampler, TraceIdRatioBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -57,6 +59,7 @@ from opentelemetry.trace import (
     StatusCode,
     TraceFlags,
 )
+from opentelemetry.util.types import Attributes
 
 from ..config import Config, TelemetryConfig
 from ..outcome import CLIENT_ENDED, AttemptRecord, Outcome
@@ -147,6 +150,11 @@ class Telemetry:
         self.resource = self._tracer_provider.resource
         self._sampler = self._tracer_provider.sampler
         self._ids = self._tracer_provider.id_generator
+        #: ``OTEL_SDK_DISABLED``, as the SDK's tracer reads it: no span is recorded.
+        disabled = os.environ.get(OTEL_SDK_DISABLED, "")
+        self._disabled = disabled.lower().strip() == "true"
+        #: ``OTEL_SPAN_ATTRIBUTE_*_LIMIT`` (``OTEL_ATTRIBUTE_*``), applied when they bind.
+        self._limits = SpanLimits()
         #: Whether the sampler is parent-based with its default delegates, which decide a
         #: span with a local parent as the parent was decided: an attempt's span then
         #: takes its request's decision without asking the sampler again.
@@ -194,6 +202,8 @@ class Telemetry:
         """A span's context, decided as the SDK's tracer decides it (the parent's trace,
         or a new one; the sampler's decision and trace state; a new span id)."""
         parent_span = trace.get_current_span(parent).get_span_context()
+        if self._disabled:  # the SDK's tracer gives the parent's context back
+            return _Started(parent_span, None, start_ns, {}, recorded=False)
         if parent_span.is_valid:
             trace_id = parent_span.trace_id
             random_id = parent_span.trace_flags.random_trace_id
@@ -218,6 +228,8 @@ class Telemetry:
 
     def child(self, parent: _Started, name: str, start_ns: int) -> _Started:
         """The context of a span whose parent is ``parent`` (a span of this process)."""
+        if self._disabled:
+            return _Started(parent.context, None, start_ns, {}, recorded=False)
         if not self._follows_parent:
             within = trace.set_span_in_context(NonRecordingSpan(parent.context))
             return self.start(name, SpanKind.CLIENT, within, start_ns)
@@ -236,6 +248,8 @@ class Telemetry:
         ``OTEL_PROPAGATORS`` write them."""
         context = started.context
         if self._w3c:
+            if not context.is_valid:  # as the propagator: no context, no header
+                return []
             parent = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
             sent = [(b"traceparent", parent.encode("latin-1"))]
             if context.trace_state:
@@ -259,17 +273,28 @@ class Telemetry:
     ) -> None:
         """Hand a sampled span to the batch processor, whole (the only processor here;
         it would drop one the sampler records but does not sample)."""
-        if not started.context.trace_flags.sampled:
+        if not started.sampled:
             return
         if started.sampler_attributes:
             attributes = {**started.sampler_attributes, **attributes}
+        limits = self._limits
+        bounded: Attributes = attributes
+        if limits.max_span_attribute_length is not None or (
+            limits.max_span_attributes is not None and len(attributes) > limits.max_span_attributes
+        ):
+            bounded = BoundedAttributes(
+                limits.max_span_attributes,
+                attributes,
+                immutable=True,
+                max_value_len=limits.max_span_attribute_length,
+            )
         self._processor.on_end(
             ReadableSpan(
                 name=name,
                 context=started.context,
                 parent=started.parent,
                 resource=self.resource,
-                attributes=attributes,
+                attributes=bounded,
                 events=events,
                 kind=kind,
                 status=status,
@@ -351,11 +376,13 @@ class _Started:
     parent: SpanContext | None
     start_ns: int
     sampler_attributes: dict[str, AttributeValue]
+    #: False with ``OTEL_SDK_DISABLED``: the context is only passed on.
+    recorded: bool = True
 
     @property
     def sampled(self) -> bool:
         """Whether the span is exported (its attributes are worth building)."""
-        return self.context.trace_flags.sampled
+        return self.recorded and self.context.trace_flags.sampled
 
 
 @attrs.define

@@ -521,3 +521,52 @@ def test_an_attempts_headers_are_what_the_propagators_write(
         assert sent[b"tracestate"] == b"vendor=kept"
     finally:
         telemetry.shutdown()
+
+
+def _telemetry_to_nowhere() -> Any:
+    from proxai.ops.telemetry import Telemetry
+
+    tables = {
+        "upstream": {"base_url": "http://127.0.0.1:9/v1"},
+        "telemetry": {"enabled": True, "endpoint": "http://127.0.0.1:9", "metrics": False},
+    }
+    return Telemetry(load_config(None, overrides=tables))
+
+
+def test_sdk_disabled_records_no_span_and_passes_the_clients_context_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    telemetry = _telemetry_to_nowhere()
+    ended: list[Any] = []
+    monkeypatch.setattr(telemetry._processor, "on_end", ended.append)
+    try:
+        headers = [(b"traceparent", TRACEPARENT.encode())]
+        outcome = Outcome("POST", "/v1/responses")
+        trace_ = telemetry.request(headers, outcome)
+        sent = dict(trace_.attempt_started(AttemptRecord("default", 0.0), 0, headers))
+        assert sent[b"traceparent"] == TRACEPARENT.encode()
+        assert (
+            dict(
+                telemetry.request([], outcome).attempt_started(AttemptRecord("default", 0.0), 0, [])
+            )
+            == {}
+        )
+        trace_.finish(outcome)
+        assert ended == []
+    finally:
+        telemetry.shutdown()
+
+
+def test_span_limits_from_the_environment_still_bind(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "4")
+    telemetry = _telemetry_to_nowhere()
+    ended: list[Any] = []
+    monkeypatch.setattr(telemetry._processor, "on_end", ended.append)
+    try:
+        outcome = Outcome("POST", "/v1/responses", request_id="req_0123456789")
+        telemetry.request([], outcome).finish(outcome)
+        [span] = ended
+        assert span.attributes["proxai.request_id"] == "req_"
+    finally:
+        telemetry.shutdown()
