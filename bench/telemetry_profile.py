@@ -2,7 +2,8 @@
 against off, that do not depend on the machine's load (issue 34 item 3).
 
     .venv/bin/python -m bench.telemetry_profile [--requests 200] [--deltas 20] [--top 30]
-    .venv/bin/python -m bench.telemetry_profile --callgrind [--requests 100]
+    .venv/bin/python -m bench.telemetry_profile --steps [--requests 200]
+    .venv/bin/python -m bench.telemetry_profile --callgrind [--requests 50]
 
 Streaming Responses requests (``--deltas`` text deltas each, bench/streams.py's stream)
 go one after another through :class:`~proxai.testing.memory_proxy.MemoryProxy`, with
@@ -18,6 +19,9 @@ the figure, as at the bench's rates.
   exporter threads, each profiled from its start), total function calls per request
   (Python and builtin), and the functions that telemetry adds, by calls (own times
   are left out: they are as loaded as the machine, and a thread's waits count in them);
+- ``--steps``: the calls of each step of one request's trace (its spans' starts, the
+  attributes, the ends, the metrics, the exporter's encoding of its spans), counted in
+  this process without a proxy around it;
 - ``--callgrind``: the whole process under ``valgrind --tool=callgrind``, instructions
   per request (every thread).
 """
@@ -35,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +210,107 @@ def cprofile_report(requests: int, deltas: int, top: int) -> None:
         print(f"  {calls:8.1f}  {_where(key)}")
 
 
+def steps_report(requests: int) -> None:
+    """Calls per request of each step of a request's trace, in this process (the
+    request as ``bench.telemetry.trace_cost`` makes it: a SERVER and a CLIENT span,
+    every metric), and of the exporter's encoding of its two spans."""
+    from proxai.config_file import load_config
+    from proxai.ops import telemetry as module
+
+    counts: dict[str, int] = {}
+    step: list[str | None] = [None]
+
+    def count(frame: Any, event: str, arg: Any) -> None:
+        if event in ("call", "c_call") and step[0] is not None:
+            counts[step[0]] = counts.get(step[0], 0) + 1
+
+    def counted(owner: Any, name: str, label: str) -> None:
+        inner = getattr(owner, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            outer, step[0] = step[0], label
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                step[0] = outer
+
+        setattr(owner, name, wrapper)
+
+    with sink() as endpoint:
+        tables = {
+            "upstream": {"base_url": "http://127.0.0.1:9/v1"},
+            "telemetry": {"enabled": True, "endpoint": endpoint, "sampling_ratio": 1.0},
+        }
+        telemetry = module.Telemetry(load_config(None, overrides=tables), ["gpt-5.4"])
+        _count_steps(telemetry, requests, counts, step, count, counted)
+    print(f"calls per request of each step ({requests} requests):")
+    for label, calls in counts.items():
+        print(f"  {calls / requests:7.1f}  {label}")
+    print(f"  {sum(counts.values()) / requests:7.1f}  in all")
+
+
+def _count_steps(
+    telemetry: Any,
+    requests: int,
+    counts: dict[str, int],
+    step: list[str | None],
+    count: Callable[..., None],
+    counted: Callable[[Any, str, str], None],
+) -> None:
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    from proxai.ops import telemetry as module
+    from proxai.ops.genai import RequestFacts
+    from proxai.outcome import AttemptRecord, Outcome, OutcomeKind
+    from proxai.protocols.responses.reader import responses_usage
+
+    ended: list[Any] = []
+    processor: Any = getattr(telemetry, "_processor", None)  # absent before issue 34
+    if processor is None:
+        provider: Any = telemetry._tracer_provider
+        processor = provider._active_span_processor._span_processors[0]
+    processor.on_end = ended.append
+    counted(module.Telemetry, "request", "SERVER span started")
+    counted(module.RequestTrace, "attempt_started", "CLIENT span started, its headers")
+    counted(module.RequestTrace, "_record_metrics", "metrics recorded")
+    counted(module, "attempt_attributes", "attributes built")
+    counted(module, "server_attributes", "attributes built")
+    counted(module.RequestTrace, "finish", "spans ended (the rest of finish)")
+    headers = [(b"content-type", b"application/json")]
+    usage = {
+        "input_tokens": 120,
+        "output_tokens": 45,
+        "output_tokens_details": {"reasoning_tokens": 10},
+    }
+
+    def one() -> None:
+        outcome = Outcome("POST", "/v1/responses", request_id="req_0", model="gpt-5.4")
+        trace = telemetry.request(headers, outcome)
+        trace.facts = RequestFacts("POST", "chat")
+        attempt = AttemptRecord("default", 0.001)
+        trace.attempt_started(attempt, 0, headers)
+        attempt.status = 200
+        trace.attempt_done(attempt)
+        outcome.kind, outcome.status, outcome.streaming = OutcomeKind.COMPLETED, 200, True
+        outcome.first_byte_s, outcome.first_event_s, outcome.total_s = 0.2, 0.21, 0.5
+        outcome.events, outcome.usage, outcome.tokens = 88, usage, responses_usage(usage)
+        outcome.response_id, outcome.response_model = "resp_0", "gpt-5.4"
+        outcome.finish_reasons = ["completed"]
+        trace.finish(outcome)
+
+    for _ in range(20):
+        one()
+    ended.clear()
+    sys.setprofile(count)
+    for _ in range(requests):
+        one()
+    step[0] = "spans encoded (exporter thread)"
+    encode_spans(ended).SerializePartialToString()
+    step[0] = None
+    sys.setprofile(None)
+    telemetry.shutdown()
+
+
 def _instructions(argv: list[str], out: str) -> int:
     _spawn(
         argv,
@@ -242,12 +347,15 @@ def main() -> int:
     parser.add_argument("--deltas", type=int, default=20)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--callgrind", action="store_true")
+    parser.add_argument("--steps", action="store_true", help="calls of each step, in process")
     parser.add_argument("--child", choices=("cprofile", "plain"), help=argparse.SUPPRESS)
     parser.add_argument("--endpoint", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child, args.requests, args.deltas, args.endpoint, args.out or "")
+    elif args.steps:
+        steps_report(args.requests)
     elif args.callgrind:
         callgrind_report(args.requests, args.deltas)
     else:
