@@ -15,10 +15,21 @@ so each span's parent is passed explicitly: the client's ``traceparent`` for the
 SERVER span, the SERVER span for each attempt's CLIENT span, whose context goes
 upstream in the attempt's ``traceparent`` / ``tracestate`` (the client's own are
 replaced, as the propagators of ``OTEL_PROPAGATORS`` write them).
+
+A span costs little until it ends (issue 34): at its start only its context is made
+(the provider's sampler and id generator decide it, as the SDK's tracer would), and
+when the request is reported a sampled span is handed to the batch processor whole,
+as one :class:`~opentelemetry.sdk.trace.ReadableSpan` with its attributes in one
+dict, instead of through a live SDK span's per-attribute setters and locks. An
+unsampled span is never built. Its attributes are not checked one by one (genai.py
+gives only the conventions' types, ids cut at :data:`~proxai.ops.genai.MAX_ID`, fewer
+than 50 a span); the SDK's span limits (``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT``, the value
+length limits) still apply when they are set low enough to bind.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable, Mapping
 from functools import partial
@@ -26,17 +37,29 @@ from functools import partial
 import attrs
 import httpx
 from opentelemetry import trace
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.propagate import get_global_textmap
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.environment_variables import OTEL_SDK_DISABLED, OTEL_TRACES_SAMPLER
+from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.sdk.trace.sampling import ParentBased, Sampler, TraceIdRatioBased
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.sdk.trace.sampling import Decision, ParentBased, Sampler, TraceIdRatioBased
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+)
+from opentelemetry.util.types import Attributes
 
 from ..config import Config, TelemetryConfig
 from ..outcome import CLIENT_ENDED, AttemptRecord, Outcome
@@ -67,6 +90,10 @@ __all__ = ["DEFAULT_SERVICE_NAME", "RequestTrace", "Telemetry", "signal_url"]
 
 DEFAULT_SERVICE_NAME = "proxai"
 _SCOPE = "proxai"
+_INSTRUMENTATION_SCOPE = InstrumentationScope(_SCOPE)
+_UNSET = Status(StatusCode.UNSET)
+_W3C_FIELDS = frozenset((b"traceparent", b"tracestate", b"baggage"))
+_ERROR = Status(StatusCode.ERROR)
 
 
 def signal_url(endpoint: str | None, signal: str) -> str | None:
@@ -118,11 +145,32 @@ class Telemetry:
         exporter = OTLPSpanExporter(
             endpoint=signal_url(settings.endpoint, "traces"), headers=headers
         )
-        self._tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
-        self.tracer = self._tracer_provider.get_tracer(_SCOPE)
+        self._processor = BatchSpanProcessor(exporter)
+        self._tracer_provider.add_span_processor(self._processor)
+        self.resource = self._tracer_provider.resource
+        self._sampler = self._tracer_provider.sampler
+        self._ids = self._tracer_provider.id_generator
+        #: ``OTEL_SDK_DISABLED``, as the SDK's tracer reads it: no span is recorded.
+        disabled = os.environ.get(OTEL_SDK_DISABLED, "")
+        self._disabled = disabled.lower().strip() == "true"
+        #: ``OTEL_SPAN_ATTRIBUTE_*_LIMIT`` (``OTEL_ATTRIBUTE_*``), applied when they bind.
+        self._limits = SpanLimits()
+        #: Whether the sampler is parent-based with its default delegates, which decide a
+        #: span with a local parent as the parent was decided: an attempt's span then
+        #: takes its request's decision without asking the sampler again.
+        named = os.environ.get(OTEL_TRACES_SAMPLER) or "parentbased_always_on"
+        self._follows_parent = settings.sampling_ratio is not None or named.lower() in (
+            "parentbased_always_on",
+            "parentbased_always_off",
+            "parentbased_traceidratio",
+        )
         self.propagator = get_global_textmap()
         #: The headers the propagators write: a client's are not forwarded as they are.
         self.fields = frozenset(name.lower().encode("latin-1") for name in self.propagator.fields)
+        #: W3C trace context (and baggage, of which a span's context here has none: no
+        #: context is ever attached), the default: an attempt's headers are written from
+        #: its span's context directly instead of through the propagators.
+        self._w3c = b"traceparent" in self.fields and self.fields <= _W3C_FIELDS
         self.upstreams = _upstream_facts(config)
         self._meter_provider: MeterProvider | None = None
         self.instruments: _Instruments | None = None
@@ -132,8 +180,13 @@ class Telemetry:
                     endpoint=signal_url(settings.endpoint, "metrics"), headers=headers
                 )
             )
+            # No exemplars: the trace-based filter looks each measurement's current span
+            # up, and no span is ever current here (see the module's docstring).
             self._meter_provider = MeterProvider(
-                metric_readers=[reader], resource=resource, shutdown_on_exit=False
+                metric_readers=[reader],
+                resource=resource,
+                shutdown_on_exit=False,
+                exemplar_filter=AlwaysOffExemplarFilter(),
             )
             self.instruments = _Instruments(self._meter_provider)
         #: The model label of the metrics, bounded as Prometheus' is (``[metrics]``).
@@ -144,6 +197,112 @@ class Telemetry:
     def request(self, headers: Headers, outcome: Outcome) -> RequestTrace:
         """A request's trace: its SERVER span starts now, the client's context its parent."""
         return RequestTrace(self, headers, outcome)
+
+    def start(self, name: str, kind: SpanKind, parent: Context | None, start_ns: int) -> _Started:
+        """A span's context, decided as the SDK's tracer decides it (the parent's trace,
+        or a new one; the sampler's decision and trace state; a new span id)."""
+        parent_span = trace.get_current_span(parent).get_span_context()
+        if self._disabled:  # the SDK's tracer gives the parent's context back
+            return _Started(parent_span, None, start_ns, {}, recorded=False)
+        if parent_span.is_valid:
+            trace_id = parent_span.trace_id
+            random_id = parent_span.trace_flags.random_trace_id
+            of: SpanContext | None = parent_span
+        else:
+            trace_id = self._ids.generate_trace_id()
+            random_id = self._ids.is_trace_id_random()
+            of = None
+        decided = self._sampler.should_sample(parent, trace_id, name, kind)
+        sampled = decided.decision is Decision.RECORD_AND_SAMPLE
+        flags = TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT
+        if random_id:
+            flags |= TraceFlags.RANDOM_TRACE_ID
+        context = SpanContext(
+            trace_id,
+            self._ids.generate_span_id(),
+            is_remote=False,
+            trace_flags=TraceFlags(flags),
+            trace_state=decided.trace_state,
+        )
+        return _Started(context, of, start_ns, dict(decided.attributes or {}))
+
+    def child(self, parent: _Started, name: str, start_ns: int) -> _Started:
+        """The context of a span whose parent is ``parent`` (a span of this process)."""
+        if self._disabled:
+            return _Started(parent.context, None, start_ns, {}, recorded=False)
+        if not self._follows_parent:
+            within = trace.set_span_in_context(NonRecordingSpan(parent.context))
+            return self.start(name, SpanKind.CLIENT, within, start_ns)
+        of = parent.context
+        context = SpanContext(
+            of.trace_id,
+            self._ids.generate_span_id(),
+            is_remote=False,
+            trace_flags=of.trace_flags,
+            trace_state=of.trace_state,
+        )
+        return _Started(context, of, start_ns, {})
+
+    def propagated(self, started: _Started) -> list[tuple[bytes, bytes]]:
+        """The headers that carry ``started``'s context upstream, as the propagators of
+        ``OTEL_PROPAGATORS`` write them."""
+        context = started.context
+        if self._w3c:
+            if not context.is_valid:  # as the propagator: no context, no header
+                return []
+            parent = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+            sent = [(b"traceparent", parent.encode("latin-1"))]
+            if context.trace_state:
+                sent.append((b"tracestate", context.trace_state.to_header().encode("latin-1")))
+            return sent
+        carrier: dict[str, str] = {}
+        self.propagator.inject(
+            carrier, context=trace.set_span_in_context(NonRecordingSpan(context))
+        )
+        return [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in carrier.items()]
+
+    def end(
+        self,
+        started: _Started,
+        name: str,
+        kind: SpanKind,
+        attributes: dict[str, AttributeValue],
+        events: list[Event],
+        status: Status,
+        end_ns: int,
+    ) -> None:
+        """Hand a sampled span to the batch processor, whole (the only processor here;
+        it would drop one the sampler records but does not sample)."""
+        if not started.sampled:
+            return
+        if started.sampler_attributes:
+            attributes = {**started.sampler_attributes, **attributes}
+        limits = self._limits
+        bounded: Attributes = attributes
+        if limits.max_span_attribute_length is not None or (
+            limits.max_span_attributes is not None and len(attributes) > limits.max_span_attributes
+        ):
+            bounded = BoundedAttributes(
+                limits.max_span_attributes,
+                attributes,
+                immutable=True,
+                max_value_len=limits.max_span_attribute_length,
+            )
+        self._processor.on_end(
+            ReadableSpan(
+                name=name,
+                context=started.context,
+                parent=started.parent,
+                resource=self.resource,
+                attributes=bounded,
+                events=events,
+                kind=kind,
+                status=status,
+                start_time=started.start_ns,
+                end_time=end_ns,
+                instrumentation_scope=_INSTRUMENTATION_SCOPE,
+            )
+        )
 
     def shutdown(self) -> None:
         """Export what is pending and stop the exporters' threads (blocking: run it in a
@@ -209,9 +368,27 @@ def _observe_totals(
     return [Observation(count, dict(key)) for key, count in list(totals.items())]
 
 
+@attrs.frozen
+class _Started:
+    """A span from its start: its context, its parent's, when it began."""
+
+    context: SpanContext
+    parent: SpanContext | None
+    start_ns: int
+    sampler_attributes: dict[str, AttributeValue]
+    #: False with ``OTEL_SDK_DISABLED``: the context is only passed on.
+    recorded: bool = True
+
+    @property
+    def sampled(self) -> bool:
+        """Whether the span is exported (its attributes are worth building)."""
+        return self.recorded and self.context.trace_flags.sampled
+
+
 @attrs.define
 class _Attempt:
-    span: Span
+    span: _Started
+    name: str  # the CLIENT span's, as it started
     record: AttemptRecord
     index: int
     started_ns: int
@@ -233,10 +410,7 @@ class RequestTrace:
         propagated = {n.decode("latin-1"): v.decode("latin-1") for n, v in headers if n in fields}
         parent = telemetry.propagator.extract(propagated) if propagated else None
         self._started_ns = time.time_ns()
-        self.span = telemetry.tracer.start_span(
-            outcome.method, context=parent, kind=SpanKind.SERVER, start_time=self._started_ns
-        )
-        self._context = trace.set_span_in_context(self.span)
+        self.span = telemetry.start(outcome.method, SpanKind.SERVER, parent, self._started_ns)
         #: What the request's body says (set once it is read and parsed).
         self.facts = RequestFacts(outcome.method)
         self._attempts: list[_Attempt] = []
@@ -250,18 +424,12 @@ class RequestTrace:
         now = time.time_ns()
         if self._relay_ns is None:
             self._relay_ns = now - _ns(attempt.started_s)
-        span = self._telemetry.tracer.start_span(
-            span_name(self.facts, self._outcome.model),
-            context=self._context,
-            kind=SpanKind.CLIENT,
-            start_time=now,
-        )
-        self._attempts.append(_Attempt(span, attempt, index, now))
-        propagated: dict[str, str] = {}
-        self._telemetry.propagator.inject(propagated, context=trace.set_span_in_context(span))
+        name = span_name(self.facts, self._outcome.model)
+        span = self._telemetry.child(self.span, name, now)
+        self._attempts.append(_Attempt(span, name, attempt, index, now))
         fields = self._telemetry.fields
         sent = [(n, v) for n, v in headers if n not in fields]
-        sent += [(n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in propagated.items()]
+        sent += self._telemetry.propagated(span)
         return sent
 
     def attempt_done(self, attempt: AttemptRecord) -> None:
@@ -272,22 +440,24 @@ class RequestTrace:
                 return
 
     def finish(self, outcome: Outcome) -> None:
-        """End every span with the outcome's attributes, and record the metrics (once)."""
+        """End every span with the outcome's attributes (built only for a sampled span),
+        and record the metrics (once)."""
         if self._finished:
             return
         self._finished = True
         now = time.time_ns()
-        facts = self._telemetry.upstreams
+        telemetry = self._telemetry
+        facts = telemetry.upstreams
         upstream = facts.get(outcome.upstream) if outcome.upstream else None
         last = len(self._attempts) - 1
+        name = span_name(self.facts, outcome.model)
         for position, entry in enumerate(self._attempts):
             answered = position == last
             end = now if answered or entry.ended_ns is None else entry.ended_ns
             attempt_upstream = facts.get(entry.record.upstream) or UpstreamFacts(
                 "openai", None, None
             )
-            span = entry.span
-            if span.is_recording():
+            if entry.span.sampled:
                 attributes = attempt_attributes(
                     self.facts,
                     outcome,
@@ -296,34 +466,43 @@ class RequestTrace:
                     attempt_upstream,
                     answered=answered,
                 )
-                span.set_attributes(attributes)
-                if answered:
-                    self._add_events(span, outcome, now)
-                if "error.type" in attributes and not (answered and outcome.kind in CLIENT_ENDED):
-                    span.set_status(Status(StatusCode.ERROR))
-            span.end(end_time=end)
+                failed = "error.type" in attributes
+                failed = failed and not (answered and outcome.kind in CLIENT_ENDED)
+                events = self._events(outcome, now) if answered else []
+                telemetry.end(
+                    entry.span,
+                    entry.name,
+                    SpanKind.CLIENT,
+                    attributes,
+                    events,
+                    _ERROR if failed else _UNSET,
+                    end,
+                )
             self._record_metrics(outcome, entry, attempt_upstream, end, answered=answered)
-        span = self.span
-        if span.is_recording():
-            span.update_name(span_name(self.facts, outcome.model))
-            span.set_attributes(server_attributes(self.facts, outcome, upstream))
-            self._add_events(span, outcome, now)
-            if is_server_fault(outcome):
-                span.set_status(Status(StatusCode.ERROR))
-        span.end(end_time=now)
+        if self.span.sampled:
+            telemetry.end(
+                self.span,
+                name,
+                SpanKind.SERVER,
+                server_attributes(self.facts, outcome, upstream),
+                self._events(outcome, now),
+                _ERROR if is_server_fault(outcome) else _UNSET,
+                now,
+            )
 
-    def _add_events(self, span: Span, outcome: Outcome, now: int) -> None:
+    def _events(self, outcome: Outcome, now: int) -> list[Event]:
         relay = self._relay_ns
         if relay is None:
-            return
+            return []
+        events = []
         if outcome.first_event_s is not None:
-            span.add_event(
-                "proxai.first_event", timestamp=min(relay + _ns(outcome.first_event_s), now)
-            )
+            at = min(relay + _ns(outcome.first_event_s), now)
+            events.append(Event("proxai.first_event", timestamp=at))
         stall = stall_attributes(outcome)
         if stall is not None:
             at = relay + _ns(outcome.total_s) if outcome.total_s is not None else now
-            span.add_event("proxai.stall", _plain(stall), timestamp=min(at, now))
+            events.append(Event("proxai.stall", _plain(stall), timestamp=min(at, now)))
+        return events
 
     def _record_metrics(
         self,

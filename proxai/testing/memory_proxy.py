@@ -89,6 +89,7 @@ class MemoryProxy:
         compaction: dict[str, Any] | None = None,
         limits: dict[str, Any] | None = None,
         live_view: dict[str, Any] | None = None,
+        telemetry: dict[str, Any] | None = None,
         transport_factory: Callable[[UpstreamConfig], httpx.AsyncBaseTransport] | None = None,
         **timeouts: float,
     ) -> None:
@@ -99,7 +100,7 @@ class MemoryProxy:
         on (``retries={}``: proxai's defaults). ``upstream`` adds keys to the default
         ``[upstream]``. ``socket_upstream``: where the
         ``websocket = true`` upstreams' sockets connect, in memory (it must be serving).
-        ``state``, ``compaction``, ``limits``, ``live_view``: those tables.
+        ``state``, ``compaction``, ``limits``, ``live_view``, ``telemetry``: those tables.
         ``transport_factory``: each upstream's transport instead of the shared
         :class:`ScriptTransport` (a :class:`~proxai.testing.stepped.SteppedUpstream`'s,
         played step by step).
@@ -130,6 +131,8 @@ class MemoryProxy:
             overrides["limits"] = limits
         if live_view is not None:
             overrides["live_view"] = live_view
+        if telemetry is not None:
+            overrides["telemetry"] = telemetry
         self.config: Config = load_config(None, overrides=overrides)
         self.outcomes: list[Outcome] = []
         self.app = ProxaiApp(

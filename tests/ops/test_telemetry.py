@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from types import FrameType
 from typing import Any
 
 import httpx
@@ -21,11 +22,12 @@ from proxai.config import ConfigError, TelemetryConfig
 from proxai.config_file import load_config
 from proxai.ops.genai import usage_attributes
 from proxai.ops.request_log import log_fields
-from proxai.outcome import Outcome
+from proxai.outcome import AttemptRecord, Outcome
 from proxai.protocols.chat.reader import chat_usage
 from proxai.protocols.messages.reader import messages_usage
 from proxai.protocols.responses.reader import responses_usage
 from proxai.testing import Script, Stall
+from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.otlp import OtlpReceiver, ReceivedSpan
 from proxai.testing.seed import (
     ANSWER_DELTAS,
@@ -441,3 +443,130 @@ def test_the_log_and_the_metrics_name_tokens_one_way_whatever_the_api() -> None:
         fields = log_fields(Outcome("POST", "/v1/x", tokens=tokens))
         assert fields["usage"] == {"input_tokens": 7, "output_tokens": 5, "total_tokens": 12}
     assert log_fields(Outcome("POST", "/v1/x"))["usage"] == {}
+
+
+def _answer_of(deltas: int) -> list[dict[str, Any]]:
+    """Turn 2's stream with ``deltas`` text deltas (its events renumbered)."""
+    head, done, completed = TURN2_EVENTS[:2], TURN2_EVENTS[4], TURN2_EVENTS[5]
+    pieces = [ANSWER_DELTAS[i % 2] for i in range(deltas)]
+    middle = [{**TURN2_EVENTS[2], "delta": piece} for piece in pieces]
+    events = [*head, *middle, {**done, "text": "".join(pieces)}, completed]
+    return [{**event, "sequence_number": i} for i, event in enumerate(events)]
+
+
+async def test_telemetry_does_nothing_per_event(receiver: OtlpReceiver) -> None:
+    """The calls into OpenTelemetry and proxai's telemetry on the request's thread are
+    as many for 100 events as for 10: events are counted by the relay, never spanned,
+    recorded or attributed one by one (issue 34)."""
+    streams = {n: _answer_of(n) for n in (10, 100)}
+
+    def respond(request: Any) -> Script:
+        return Script.sse(streams[int(request.json()["model"].rsplit("-", 1)[1])])
+
+    def counted(path: str) -> bool:
+        return "opentelemetry" in path or path.endswith(("ops/telemetry.py", "ops/genai.py"))
+
+    calls: dict[int, int] = {}
+    tables = {"telemetry": telemetry(receiver, sampling_ratio=1.0)}
+    async with MemoryProxy(respond, **tables) as proxy:
+        for n in streams:  # a model's first request creates its metrics' series
+            await proxy.request({**TURN2_REQUEST, "model": f"m-{n}"})
+        for n in streams:
+            count = 0
+
+            def profile(frame: FrameType, event: str, arg: object) -> None:
+                nonlocal count
+                if event == "call" and counted(frame.f_code.co_filename):
+                    count += 1
+
+            sys.setprofile(profile)
+            try:
+                exchange = await proxy.request({**TURN2_REQUEST, "model": f"m-{n}"})
+            finally:
+                sys.setprofile(None)
+            assert exchange.outcome is not None and exchange.outcome.events == n + 4
+            calls[n] = count
+    assert 0 < calls[10] == calls[100], calls
+    assert len(by_kind(receiver.spans, "SERVER")) == 4  # all of them sampled
+
+
+@pytest.mark.parametrize("sampler", ["parentbased_always_on", "always_on"])
+def test_an_attempts_headers_are_what_the_propagators_write(
+    sampler: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The attempt's context is written directly, W3C style, as the default propagators
+    would write it; its span is the request's child whether or not the sampler is asked."""
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan
+
+    from proxai.ops.telemetry import Telemetry
+
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", sampler)
+    tables = {
+        "upstream": {"base_url": "http://127.0.0.1:9/v1"},
+        "telemetry": {"enabled": True, "endpoint": "http://127.0.0.1:9", "metrics": False},
+    }
+    telemetry = Telemetry(load_config(None, overrides=tables))
+    try:
+        headers = [(b"traceparent", TRACEPARENT.encode()), (b"tracestate", b"vendor=kept")]
+        trace_ = telemetry.request(headers, Outcome("POST", "/v1/responses"))
+        sent = dict(trace_.attempt_started(AttemptRecord("default", 0.0), 0, headers))
+        attempt = trace_._attempts[0].span
+        assert attempt.parent == trace_.span.context
+        assert attempt.context.trace_id == int(CLIENT_TRACE, 16)
+        written: dict[str, str] = {}
+        within = trace.set_span_in_context(NonRecordingSpan(attempt.context))
+        telemetry.propagator.inject(written, context=within)
+        assert sent == {n.encode(): v.encode() for n, v in written.items()}
+        assert sent[b"tracestate"] == b"vendor=kept"
+    finally:
+        telemetry.shutdown()
+
+
+def _telemetry_to_nowhere() -> Any:
+    from proxai.ops.telemetry import Telemetry
+
+    tables = {
+        "upstream": {"base_url": "http://127.0.0.1:9/v1"},
+        "telemetry": {"enabled": True, "endpoint": "http://127.0.0.1:9", "metrics": False},
+    }
+    return Telemetry(load_config(None, overrides=tables))
+
+
+def test_sdk_disabled_records_no_span_and_passes_the_clients_context_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    telemetry = _telemetry_to_nowhere()
+    ended: list[Any] = []
+    monkeypatch.setattr(telemetry._processor, "on_end", ended.append)
+    try:
+        headers = [(b"traceparent", TRACEPARENT.encode())]
+        outcome = Outcome("POST", "/v1/responses")
+        trace_ = telemetry.request(headers, outcome)
+        sent = dict(trace_.attempt_started(AttemptRecord("default", 0.0), 0, headers))
+        assert sent[b"traceparent"] == TRACEPARENT.encode()
+        assert (
+            dict(
+                telemetry.request([], outcome).attempt_started(AttemptRecord("default", 0.0), 0, [])
+            )
+            == {}
+        )
+        trace_.finish(outcome)
+        assert ended == []
+    finally:
+        telemetry.shutdown()
+
+
+def test_span_limits_from_the_environment_still_bind(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "4")
+    telemetry = _telemetry_to_nowhere()
+    ended: list[Any] = []
+    monkeypatch.setattr(telemetry._processor, "on_end", ended.append)
+    try:
+        outcome = Outcome("POST", "/v1/responses", request_id="req_0123456789")
+        telemetry.request([], outcome).finish(outcome)
+        [span] = ended
+        assert span.attributes["proxai.request_id"] == "req_"
+    finally:
+        telemetry.shutdown()
