@@ -6,7 +6,7 @@ Serves ``POST /v1/responses`` (Responses text deltas) and ``POST
 /v1/chat/completions`` (Chat Completions chunks) over HTTP/1.1 keep-alive, chunked,
 one HTTP chunk and one socket write per event, with the pauses of
 :func:`bench.streams.writes` (the variant is named by the request's ``model``). The
-head goes out with the first event. A held stream (``ev-hold``) sends its first event
+head goes out with the first event. A held stream (``ev-hold``) sends its preamble's events
 and then nothing until the client closes. Prints its port on stdout.
 
 Plain asyncio on raw sockets rather than proxai's ``ScriptedUpstream`` (h11 on

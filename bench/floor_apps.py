@@ -14,8 +14,8 @@ throughput bench can say how much of a stream's CPU is the stack itself:
   stream's events, each event's ``data`` one text frame, with the same pauses (no
   upstream): hypercorn's cost per WebSocket send, alone, beside its cost per SSE send
   (a ``POST`` to the same app is ``paced``'s answer);
-- ``held``: sends the per-event bench's first Responses event and holds the stream
-  open (memory);
+- ``held``: sends the per-event bench's held stream (its preamble's Responses events)
+  and holds the stream open (memory);
 - ``relay``: the straightforward relay the issue describes, httpx's
   ``AsyncClient.stream`` to the upstream, one ASGI send per upstream chunk, no
   framing, no observer, no deadlines;
@@ -148,17 +148,18 @@ def _data_of(event: bytes) -> str:
 
 
 class _Held:
-    """Sends the head and the per-event bench's first Responses event, then holds the
+    """Sends the head and the per-event bench's held stream's events, then holds the
     stream until the client leaves (a held stream, without an upstream)."""
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send)
             return
-        first = writes(Variant(hold=True), "responses")[0].data
+        held = writes(Variant(hold=True), "responses")
         await _read_body(receive)
         await send({"type": "http.response.start", "status": 200, "headers": _HEAD})
-        await send({"type": "http.response.body", "body": first, "more_body": True})
+        for write in held:
+            await send({"type": "http.response.body", "body": write.data, "more_body": True})
         while (await receive())["type"] != "http.disconnect":
             pass
 

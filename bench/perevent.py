@@ -32,7 +32,7 @@ Every response is checked: pass-through bodies must equal the upstream's bytes, 
 translated ones must be a well-formed Responses stream carrying the same text; then
 the openai SDK's stream accumulators read one stream of each kind.
 
-Memory: RSS per held stream (``ev-hold``: the first event, then nothing), fresh
+Memory: RSS per held stream (``ev-hold``: the preamble's four events, then nothing), fresh
 processes per repetition; and once, under tracemalloc (``bench/traced.py``), whose
 code allocated what a held stream keeps in proxai.
 """
@@ -454,7 +454,7 @@ def cell(lane: Lane, mode: str, c: int, deltas: int, rep: int) -> Row:
 
 
 async def _stall(lane: Lane, give_up: float) -> Row:
-    """One held stream (``ev-hold``: the first event, then the upstream says nothing and
+    """One held stream (``ev-hold``: the preamble, then the upstream says nothing and
     keeps the connection) through ``lane``, until the target ends it or ``give_up``."""
     reader, writer = await connect(lane.target.port)
     received = bytearray()

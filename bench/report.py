@@ -271,8 +271,10 @@ def pe_memory_section(pe: dict[str, Any]) -> list[str]:
         "### Memory: RSS per held stream",
         "",
         f"Each target (fresh processes each repetition) holds {count:,} streams that got "
-        "their first event and then nothing (`ev-hold`); RSS (`VmRSS`, all the target's "
-        "processes) before and with the streams held, after a warm-up of 20; medians.",
+        "a Responses preamble (4 events, up to the first token) and then nothing "
+        "(`ev-hold`; LiteLLM passes nothing on before its output item began); RSS "
+        "(`VmRSS`, all the target's processes) before and with the streams held, after a "
+        "warm-up of 20; medians.",
         "",
         "| target | RSS before | per held stream | vs stock relay |",
         "|---|---|---|---|",
@@ -514,7 +516,7 @@ def stall_table(stall: dict[str, Any] | None) -> list[str]:
         return []
     bound = stall["bound_s"]
     out = [
-        f"A stalled upstream (`ev-hold`: the first event, then nothing, the connection kept "
+        f"A stalled upstream (`ev-hold`: the preamble, then nothing, the connection kept "
         f"open), one stream through each target at once; the client gives up after "
         f"{stall['give_up_s']:g} s. A target with a documented setting that bounds a stall "
         f"has it at {bound:g} s; the others run with their defaults.",
@@ -856,7 +858,7 @@ def floor_section(res: dict[str, Any]) -> list[str]:
     out += [
         "",
         f"RSS per held stream ({mem[0]['streams']:,} slow streams; `hypercorn-held` sends the "
-        "first event itself and holds the stream): "
+        "preamble itself and holds the stream): "
         + ", ".join(f"{name} {n(kb, 1)} KiB" for name, kb in held.items())
         + ". Of proxai's, hypercorn's connection and request hold "
         f"{n(held['hypercorn-held'], 1)} KiB, httpx's upstream exchange "

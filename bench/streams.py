@@ -30,6 +30,9 @@ from proxai.testing.seed import ANSWER_DELTAS
 from proxai.testing.upstream import sse_event
 
 HOLD = "ev-hold"
+#: A held stream's events: the preamble, up to the first token (LiteLLM's proxy passes
+#: nothing of a stream on before its output item has begun).
+HELD_EVENTS = 4
 _MODEL = re.compile(rb'"model"\s*:\s*"(ev-[^"]*)"')
 # Two-character tokens of the seed's answer (6 bytes of UTF-8 each), cycled.
 _ANSWER = "".join(ANSWER_DELTAS)
@@ -48,7 +51,7 @@ class Write:
 @attrs.frozen
 class Variant:
     """What a request asks the upstream for: ``deltas`` text deltas ``pause`` apart,
-    or (``hold``) the first event and then nothing until the client leaves."""
+    or (``hold``) the preamble's events and then nothing until the client leaves."""
 
     deltas: int = 0
     pause: float = 0.0
@@ -182,11 +185,13 @@ def writes(variant: Variant, shape: str) -> list[Write]:
     """The stream as writes: each event its own write, the deltas ``pause`` apart.
 
     Responses: 4 preamble events and 4 closing ones; Chat: 1 and 3 (``[DONE]``
-    included). A held stream is its first event alone.
+    included). A held stream is its first :data:`HELD_EVENTS` events: a Responses
+    stream's preamble, all of it before the first token (LiteLLM's proxy sends nothing
+    of a stream until its output item has begun).
     """
     all_events = events(variant, shape)
     if variant.hold:
-        return [Write(all_events[0])]
+        return [Write(data) for data in all_events[:HELD_EVENTS]]
     first_delta = 4 if shape == "responses" else 1
     out = []
     for i, data in enumerate(all_events):
