@@ -495,7 +495,10 @@ class Relay:
         return None
 
     def _count(self, frames: Sequence[SSEFrame]) -> None:
-        events = sum(1 for f in frames if f.data is not None)
+        events = 0
+        for frame in frames:  # a loop, not sum() of a generator: this runs once per read
+            if frame.data is not None:
+                events += 1
         if events and self.outcome.first_event_s is None:
             self.outcome.first_event_s = self._elapsed()
         self.outcome.events += events

@@ -124,12 +124,24 @@ class UpstreamResponse:
         return None
 
     async def iter_body(self) -> AsyncIterator[bytes]:
-        """Body bytes as they arrive, undecoded; raises :class:`UpstreamBroken`."""
+        """Body bytes as they arrive, undecoded; raises :class:`UpstreamBroken`.
+
+        The transport's stream read directly, not through ``Response.aiter_raw`` (a
+        generator, a chunker and a byte count per read, once per event): what that
+        does and proxai needs, it does here, marking the body read and closing the
+        response at its end, which gives the connection back to the pool."""
+        response = self._response
+        stream = response.stream
+        if response.is_stream_consumed or not isinstance(stream, httpx.AsyncByteStream):
+            raise httpx.StreamConsumed()
+        response.is_stream_consumed = True
         try:
-            async for chunk in self._response.aiter_raw():
-                yield chunk
+            async for chunk in stream:
+                if chunk:
+                    yield chunk
         except (httpx.ReadError, httpx.RemoteProtocolError) as exc:
             raise UpstreamBroken(str(exc) or type(exc).__name__) from exc
+        await response.aclose()
 
     @property
     def anomaly(self) -> str | None:
