@@ -202,6 +202,24 @@ class _Relay:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
+async def _send_request(
+    stream: trio.SocketStream, conn: h11.Connection, path: str, body: bytes
+) -> None:
+    """The client's POST, forwarded on ``conn`` (the h11 relays' one request shape)."""
+    head = h11.Request(
+        method="POST",
+        target=path,
+        headers=[
+            ("host", urlsplit(os.environ["FLOOR_UPSTREAM"]).netloc),
+            ("content-type", "application/json"),
+            ("content-length", str(len(body))),
+        ],
+    )
+    await stream.send_all(
+        conn.send(head) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
+    )
+
+
 class _H11Relay:
     """One ASGI send per upstream chunk, reading the upstream with h11 on trio sockets.
 
@@ -228,18 +246,7 @@ class _H11Relay:
         stream, conn = await self._connection()
         reusable = False
         try:
-            head = h11.Request(
-                method="POST",
-                target=scope["path"],
-                headers=[
-                    ("host", urlsplit(os.environ["FLOOR_UPSTREAM"]).netloc),
-                    ("content-type", "application/json"),
-                    ("content-length", str(len(body))),
-                ],
-            )
-            await stream.send_all(
-                conn.send(head) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
-            )
+            await _send_request(stream, conn, scope["path"], body)
             reusable = await self._relay(stream, conn, send)
         finally:
             if reusable:
@@ -281,18 +288,7 @@ class _ShapedRelay(_H11Relay):
             return
         body = await _read_body(receive)
         stream, conn = await self._connection()
-        head = h11.Request(
-            method="POST",
-            target=scope["path"],
-            headers=[
-                ("host", urlsplit(os.environ["FLOOR_UPSTREAM"]).netloc),
-                ("content-type", "application/json"),
-                ("content-length", str(len(body))),
-            ],
-        )
-        await stream.send_all(
-            conn.send(head) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
-        )
+        await _send_request(stream, conn, scope["path"], body)
         reusable = False
         to_observer, observed = trio.open_memory_channel[bytes | None](4)
         to_writer, written = trio.open_memory_channel[bytes | None](4)

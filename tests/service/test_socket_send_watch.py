@@ -3,6 +3,8 @@ every frame of a turn, instead of a cancel scope per frame. Virtual time, exact 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import trio
@@ -28,6 +30,26 @@ class _Client:
     async def receive(self) -> dict[str, Any]:
         await trio.sleep_forever()
         raise AssertionError
+
+
+@contextmanager
+def _counted_wakes(limit: int | None = None) -> Iterator[list[float]]:
+    """Every ``trio.sleep_until`` while inside (the watch's wakes), by deadline; more
+    than ``limit`` fails at once (a watch spinning never lets the clock move)."""
+    wakes: list[float] = []
+    original = trio.sleep_until
+
+    async def counted(deadline: float) -> None:
+        wakes.append(deadline)
+        if limit is not None and len(wakes) > limit:
+            raise AssertionError("the watch spins on a frame it already cut")
+        await original(deadline)
+
+    trio.sleep_until = counted  # type: ignore[assignment]
+    try:
+        yield wakes
+    finally:
+        trio.sleep_until = original
 
 
 async def _turn(socket: ClientSocket, frames: int) -> tuple[int, float]:
@@ -84,24 +106,13 @@ async def test_the_watch_wakes_once_per_bound_while_frames_flow(
     # times (once per BOUND of sending), not once per frame.
     client = _Client([0.01] * 1000)
     socket = ClientSocket(client.send, client.receive, max_message_bytes=1 << 20)
-    wakes = 0
-    original = trio.sleep_until
-
-    async def counted(deadline: float) -> None:
-        nonlocal wakes
-        wakes += 1
-        await original(deadline)
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(socket.watch_sends, BOUND)
-        trio_sleep_until, trio.sleep_until = trio.sleep_until, counted  # type: ignore[assignment]
-        try:
+    with _counted_wakes() as wakes:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(socket.watch_sends, BOUND)
             sent, _ = await _turn(socket, 1000)
-        finally:
-            trio.sleep_until = trio_sleep_until
-        nursery.cancel_scope.cancel()
+            nursery.cancel_scope.cancel()
     assert sent == 1000 and not socket.broken
-    assert 1 <= wakes <= 1000 * 0.01 / BOUND + 2
+    assert 1 <= len(wakes) <= 1000 * 0.01 / BOUND + 2
 
 
 async def test_a_frame_blocked_outside_a_turn_is_marked_once_not_spun_on(
@@ -111,23 +122,10 @@ async def test_a_frame_blocked_outside_a_turn_is_marked_once_not_spun_on(
     # socket broken once and waits for the next send; it does not loop on the same one.
     client = _Client([3 * BOUND])
     socket = ClientSocket(client.send, client.receive, max_message_bytes=1 << 20)
-    wakes = 0
-    original = trio.sleep_until
-
-    async def counted(deadline: float) -> None:
-        nonlocal wakes
-        wakes += 1
-        if wakes > 10:
-            raise AssertionError("the watch spins on a frame it already cut")
-        await original(deadline)
-
-    trio_sleep_until, trio.sleep_until = trio.sleep_until, counted  # type: ignore[assignment]
-    try:
+    with _counted_wakes(limit=10) as wakes:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(socket.watch_sends, BOUND)
             await socket.send_text(b"between turns")
             await trio.sleep(BOUND)
             nursery.cancel_scope.cancel()
-    finally:
-        trio.sleep_until = trio_sleep_until
-    assert socket.broken and wakes == 1
+    assert socket.broken and len(wakes) == 1
