@@ -36,6 +36,7 @@ The relays forward the request's path. The upstream's address comes from
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -220,6 +221,28 @@ async def _send_request(
     )
 
 
+Forward = Callable[[bytes], Awaitable[None]]
+
+
+async def _read_response(
+    stream: trio.SocketStream, conn: h11.Connection, send: Any, forward: Forward
+) -> bool:
+    """Read the upstream's response on ``conn``: its head to ``send``, each body chunk to
+    ``forward``; whether the body ended (``False``: the upstream closed or broke the
+    exchange first)."""
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(await stream.receive_some(65536))
+        elif isinstance(event, h11.Response):
+            start = {"type": "http.response.start", "status": event.status_code}
+            await send({**start, "headers": _HEAD})
+        elif isinstance(event, h11.Data):
+            await forward(bytes(event.data))
+        else:
+            return isinstance(event, h11.EndOfMessage)
+
+
 class _H11Relay:
     """One ASGI send per upstream chunk, reading the upstream with h11 on trio sockets.
 
@@ -247,7 +270,8 @@ class _H11Relay:
         reusable = False
         try:
             await _send_request(stream, conn, scope["path"], body)
-            reusable = await self._relay(stream, conn, send)
+            ended = await self._relay(stream, conn, send, receive)
+            reusable = ended and conn.our_state is h11.DONE and conn.their_state is h11.DONE
         finally:
             if reusable:
                 conn.start_next_cycle()
@@ -255,61 +279,40 @@ class _H11Relay:
             else:
                 await stream.aclose()
 
-    async def _relay(self, stream: trio.SocketStream, conn: h11.Connection, send: Any) -> bool:
-        """Relay the response; whether the connection can carry another request."""
-        while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                conn.receive_data(await stream.receive_some(65536))
-            elif isinstance(event, h11.Response):
-                start = {"type": "http.response.start", "status": event.status_code}
-                await send({**start, "headers": _HEAD})
-            elif isinstance(event, h11.Data):
-                await send({"type": "http.response.body", "body": event.data, "more_body": True})
-            elif isinstance(event, h11.EndOfMessage):
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-                return conn.our_state is h11.DONE and conn.their_state is h11.DONE
-            else:  # the upstream closed or broke the exchange
-                return False
+    async def _relay(
+        self, stream: trio.SocketStream, conn: h11.Connection, send: Any, receive: Any
+    ) -> bool:
+        """Relay the response in this task; whether its body ended."""
+
+        async def forward(data: bytes) -> None:
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+
+        ended = await _read_response(stream, conn, send, forward)
+        if ended:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return ended
 
 
 class _ShapedRelay(_H11Relay):
-    """:class:`_H11Relay`'s pool and request, with proxai's four tasks per request and
-    nothing else.
+    """:class:`_H11Relay` with proxai's four tasks per request and nothing else.
 
     Each upstream chunk goes reader → observer → writer over two channels of 4, as
     proxai's relay does (``proxai/relay/relay.py``); the watcher cancels the nursery
     when the client leaves. No framing, no deadlines, no observation.
     """
 
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
-            return
-        body = await _read_body(receive)
-        stream, conn = await self._connection()
-        await _send_request(stream, conn, scope["path"], body)
-        reusable = False
+    async def _relay(
+        self, stream: trio.SocketStream, conn: h11.Connection, send: Any, receive: Any
+    ) -> bool:
+        ended = False
         to_observer, observed = trio.open_memory_channel[bytes | None](4)
         to_writer, written = trio.open_memory_channel[bytes | None](4)
 
         async def reader() -> None:
-            nonlocal reusable
+            nonlocal ended
             async with to_observer:
-                while True:
-                    event = conn.next_event()
-                    if event is h11.NEED_DATA:
-                        conn.receive_data(await stream.receive_some(65536))
-                    elif isinstance(event, h11.Response):
-                        start = {"type": "http.response.start", "status": event.status_code}
-                        await send({**start, "headers": _HEAD})
-                    elif isinstance(event, h11.Data):
-                        await to_observer.send(bytes(event.data))
-                    else:
-                        ended = isinstance(event, h11.EndOfMessage)
-                        reusable = ended and conn.their_state is h11.DONE
-                        await to_observer.send(None)
-                        return
+                ended = await _read_response(stream, conn, send, to_observer.send)
+                await to_observer.send(None)
 
         async def observer() -> None:
             async with observed, to_writer:
@@ -330,18 +333,12 @@ class _ShapedRelay(_H11Relay):
                 pass
             nursery.cancel_scope.cancel()
 
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(reader)
-                nursery.start_soon(observer)
-                nursery.start_soon(writer)
-                nursery.start_soon(watcher)
-        finally:
-            if reusable and conn.our_state is h11.DONE:
-                conn.start_next_cycle()
-                self._idle.append((stream, conn))
-            else:
-                await stream.aclose()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reader)
+            nursery.start_soon(observer)
+            nursery.start_soon(writer)
+            nursery.start_soon(watcher)
+        return ended
 
 
 static = _Static()
