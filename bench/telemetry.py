@@ -112,6 +112,43 @@ def summary(raw: list[Row]) -> list[Row]:
     return out
 
 
+def telemetry_tables(endpoint: str) -> dict[str, dict[str, Any]]:
+    """A configuration's tables for a telemetry-only process: every trace sampled and
+    exported to ``endpoint``, an upstream that is never called."""
+    return {
+        "upstream": {"base_url": "http://127.0.0.1:9/v1"},
+        "telemetry": {"enabled": True, "endpoint": endpoint, "sampling_ratio": 1.0},
+    }
+
+
+def traced_request(telemetry: Any, headers: list[tuple[bytes, bytes]]) -> None:
+    """One streamed request's whole trace through ``telemetry`` (a
+    :class:`proxai.ops.telemetry.Telemetry`): its SERVER span, one attempt's CLIENT span
+    and headers, and the end with a usage object, as the relay reports them."""
+    from proxai.ops.genai import RequestFacts
+    from proxai.outcome import AttemptRecord, Outcome, OutcomeKind
+    from proxai.protocols.responses.reader import responses_usage
+
+    usage = {
+        "input_tokens": 120,
+        "output_tokens": 45,
+        "output_tokens_details": {"reasoning_tokens": 10},
+    }
+    outcome = Outcome("POST", "/v1/responses", request_id="req_0", model="gpt-5.4")
+    trace = telemetry.request(headers, outcome)
+    trace.facts = RequestFacts("POST", "chat")
+    attempt = AttemptRecord("default", 0.001)
+    trace.attempt_started(attempt, 0, headers)
+    attempt.status = 200
+    trace.attempt_done(attempt)
+    outcome.kind, outcome.status, outcome.streaming = OutcomeKind.COMPLETED, 200, True
+    outcome.first_byte_s, outcome.first_event_s, outcome.total_s = 0.2, 0.21, 0.5
+    outcome.events, outcome.usage, outcome.tokens = 88, usage, responses_usage(usage)
+    outcome.response_id, outcome.response_model = "resp_0", "gpt-5.4"
+    outcome.finish_reasons = ["completed"]
+    trace.finish(outcome)
+
+
 def trace_cost(endpoint: str, requests: int = 2000) -> Row:
     """CPU per request of proxai's telemetry alone, in this process: a request's
     ``RequestTrace`` (a SERVER and a CLIENT span, the metrics) from start to finish,
@@ -120,38 +157,14 @@ def trace_cost(endpoint: str, requests: int = 2000) -> Row:
     import time
 
     from proxai.config_file import load_config
-    from proxai.ops.genai import RequestFacts
     from proxai.ops.telemetry import Telemetry
-    from proxai.outcome import AttemptRecord, Outcome, OutcomeKind
-    from proxai.protocols.responses.reader import responses_usage
 
-    tables: dict[str, dict[str, Any]] = {
-        "upstream": {"base_url": "http://127.0.0.1:9/v1"},
-        "telemetry": {"enabled": True, "endpoint": endpoint, "sampling_ratio": 1.0},
-    }
-    telemetry = Telemetry(load_config(None, overrides=tables), ["gpt-5.4"])
+    telemetry = Telemetry(load_config(None, overrides=telemetry_tables(endpoint)), ["gpt-5.4"])
     parent = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     headers = [(b"content-type", b"application/json"), (b"traceparent", parent)]
-    usage = {
-        "input_tokens": 120,
-        "output_tokens": 45,
-        "output_tokens_details": {"reasoning_tokens": 10},
-    }
 
     def one() -> None:
-        outcome = Outcome("POST", "/v1/responses", request_id="req_0", model="gpt-5.4")
-        trace = telemetry.request(headers, outcome)
-        trace.facts = RequestFacts("POST", "chat")
-        attempt = AttemptRecord("default", 0.001)
-        trace.attempt_started(attempt, 0, headers)
-        attempt.status = 200
-        trace.attempt_done(attempt)
-        outcome.kind, outcome.status, outcome.streaming = OutcomeKind.COMPLETED, 200, True
-        outcome.first_byte_s, outcome.first_event_s, outcome.total_s = 0.2, 0.21, 0.5
-        outcome.events, outcome.usage, outcome.tokens = 88, usage, responses_usage(usage)
-        outcome.response_id, outcome.response_model = "resp_0", "gpt-5.4"
-        outcome.finish_reasons = ["completed"]
-        trace.finish(outcome)
+        traced_request(telemetry, headers)
 
     for _ in range(200):  # warm up
         one()

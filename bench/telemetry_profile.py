@@ -46,7 +46,7 @@ from typing import Any
 import trio
 
 from bench.streams import Variant, request_body, responses_events, variant_of
-from bench.telemetry import sink
+from bench.telemetry import sink, telemetry_tables, traced_request
 
 _Key = tuple[str, int, str]
 _Stats = dict[_Key, tuple[int, int, float, float, Any]]
@@ -237,11 +237,8 @@ def steps_report(requests: int) -> None:
         setattr(owner, name, wrapper)
 
     with sink() as endpoint:
-        tables = {
-            "upstream": {"base_url": "http://127.0.0.1:9/v1"},
-            "telemetry": {"enabled": True, "endpoint": endpoint, "sampling_ratio": 1.0},
-        }
-        telemetry = module.Telemetry(load_config(None, overrides=tables), ["gpt-5.4"])
+        config = load_config(None, overrides=telemetry_tables(endpoint))
+        telemetry = module.Telemetry(config, ["gpt-5.4"])
         _count_steps(telemetry, requests, counts, step, count, counted)
     print(f"calls per request of each step ({requests} requests):")
     for label, calls in counts.items():
@@ -260,9 +257,6 @@ def _count_steps(
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
     from proxai.ops import telemetry as module
-    from proxai.ops.genai import RequestFacts
-    from proxai.outcome import AttemptRecord, Outcome, OutcomeKind
-    from proxai.protocols.responses.reader import responses_usage
 
     ended: list[Any] = []
     processor: Any = getattr(telemetry, "_processor", None)  # absent before issue 34
@@ -277,26 +271,9 @@ def _count_steps(
     counted(module, "server_attributes", "attributes built")
     counted(module.RequestTrace, "finish", "spans ended (the rest of finish)")
     headers = [(b"content-type", b"application/json")]
-    usage = {
-        "input_tokens": 120,
-        "output_tokens": 45,
-        "output_tokens_details": {"reasoning_tokens": 10},
-    }
 
     def one() -> None:
-        outcome = Outcome("POST", "/v1/responses", request_id="req_0", model="gpt-5.4")
-        trace = telemetry.request(headers, outcome)
-        trace.facts = RequestFacts("POST", "chat")
-        attempt = AttemptRecord("default", 0.001)
-        trace.attempt_started(attempt, 0, headers)
-        attempt.status = 200
-        trace.attempt_done(attempt)
-        outcome.kind, outcome.status, outcome.streaming = OutcomeKind.COMPLETED, 200, True
-        outcome.first_byte_s, outcome.first_event_s, outcome.total_s = 0.2, 0.21, 0.5
-        outcome.events, outcome.usage, outcome.tokens = 88, usage, responses_usage(usage)
-        outcome.response_id, outcome.response_model = "resp_0", "gpt-5.4"
-        outcome.finish_reasons = ["completed"]
-        trace.finish(outcome)
+        traced_request(telemetry, headers)
 
     for _ in range(20):
         one()
