@@ -86,13 +86,20 @@ async def test_redis_gone_mid_pipeline_fails_every_waiter_and_then_serves_again(
                 await redis.stop()  # the connection ends under 20 waiters
             assert len(failures) == 20
             await redis.start()
-            while True:
-                try:
-                    assert await wire.call(["PING"]) == b"PONG"
-                    break
-                except StateUnavailable:
-                    await trio.sleep(0.05)
+            await _answered_again(wire)
         nursery.cancel_scope.cancel()
+
+
+async def _answered_again(wire: Wire) -> None:
+    """Return once ``wire`` answers a PING again (on a new connection)."""
+    while True:
+        try:
+            answer = await wire.call(["PING"])
+        except StateUnavailable:
+            await trio.sleep(0.05)
+        else:
+            assert answer == b"PONG"
+            return
 
 
 async def test_a_frozen_redis_fails_every_waiter_within_the_timeout() -> None:
@@ -118,12 +125,7 @@ async def test_a_frozen_redis_fails_every_waiter_within_the_timeout() -> None:
         assert len(failed) == 10
         assert max(failed) - started < 5  # the 0.5 s timeout, not a hang
         with trio.fail_after(HANG):
-            while True:  # a new connection once it answers
-                try:
-                    assert await wire.call(["PING"]) == b"PONG"
-                    break
-                except StateUnavailable:
-                    await trio.sleep(0.05)
+            await _answered_again(wire)
         nursery.cancel_scope.cancel()
 
 
