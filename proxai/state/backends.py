@@ -66,10 +66,10 @@ async def _open_memory(config: StateConfig, clock: Clock) -> AsyncIterator[Backe
 
 @asynccontextmanager
 async def _open_redis(config: StateConfig, clock: Clock) -> AsyncIterator[Backend]:
-    from .redis import RedisStore, open_redis  # trio and coredis load only when used
-    from .redis_limits import RedisLimiter
+    from .redis import STORE_SCRIPTS, RedisStore, open_redis  # trio, coredis: when used
+    from .redis_limits import LIMITER_SCRIPTS, RedisLimiter
 
-    async with open_redis(config) as connection:
+    async with open_redis(config, (*STORE_SCRIPTS, *LIMITER_SCRIPTS)) as connection:
         yield Backend(
             RedisStore(connection, ttl=config.ttl),
             lambda lease, clock: RedisLimiter(connection, lease=lease),

@@ -107,15 +107,17 @@ return 1
 )
 
 
-#: The text of every script the hot calls run: each connection loads them first.
-SCRIPTS: list[str | bytes] = [s.script for s in (_PUT, _DELETE, _ITEM, _CLAIM)]
+#: The store's scripts, which its connection loads first (with the limiter's).
+STORE_SCRIPTS: tuple[Script[bytes], ...] = (_PUT, _DELETE, _ITEM, _CLAIM)
 
 
 class RedisConnection:
     """The Redis backend's connection pool (see the module's docstring); started with
     ``await nursery.start(connection.run)``, ended by :meth:`aclose`."""
 
-    def __init__(self, config: StateConfig) -> None:
+    def __init__(
+        self, config: StateConfig, scripts: Sequence[Script[bytes]] = STORE_SCRIPTS
+    ) -> None:
         assert config.url is not None
         self._url = config.url
         self._timeout = config.timeout
@@ -128,7 +130,9 @@ class RedisConnection:
         target = WireTarget.from_url(config.url)
         #: The hot calls' one pipelined connection (None: a URL it does not speak).
         self._wire = (
-            Wire(target, timeout=config.timeout, scripts=SCRIPTS) if target is not None else None
+            Wire(target, timeout=config.timeout, scripts=[s.script for s in scripts])
+            if target is not None
+            else None
         )
 
     def _new_client(self) -> coredis.Redis[bytes]:
@@ -311,10 +315,13 @@ class RedisStore:
 
 
 @asynccontextmanager
-async def open_redis(config: StateConfig) -> AsyncIterator[RedisConnection]:
-    """A :class:`RedisConnection` running for the ``async with`` block."""
+async def open_redis(
+    config: StateConfig, scripts: Sequence[Script[bytes]] = STORE_SCRIPTS
+) -> AsyncIterator[RedisConnection]:
+    """A :class:`RedisConnection` running for the ``async with`` block, loading
+    ``scripts`` on every connection it makes."""
     async with trio.open_nursery() as nursery:
-        connection = RedisConnection(config)
+        connection = RedisConnection(config, scripts)
         await nursery.start(connection.run)
         try:
             yield connection

@@ -24,7 +24,7 @@ import attrs
 from coredis.commands import Script
 
 from ..policy.limits import Decision, Held, KeyRule, KeyUse, Limit, Release, WindowView
-from .redis import SCRIPTS, RedisConnection
+from .redis import RedisConnection
 
 __all__ = ["RedisLimiter"]
 
@@ -147,7 +147,8 @@ return 1
 )
 
 
-SCRIPTS.extend(s.script for s in (_ADMIT, _FINISH, _RENEW))
+#: The limiter's scripts, which its connection loads first (with the store's).
+LIMITER_SCRIPTS: tuple[Script[bytes], ...] = (_ADMIT, _FINISH, _RENEW)
 
 
 @attrs.define
