@@ -132,8 +132,10 @@ class UpstreamResponse:
         response at its end, which gives the connection back to the pool."""
         response = self._response
         stream = response.stream
-        if response.is_stream_consumed or not isinstance(stream, httpx.AsyncByteStream):
+        if response.is_stream_consumed:
             raise httpx.StreamConsumed()
+        if not isinstance(stream, httpx.AsyncByteStream):
+            raise TypeError("an upstream response with a sync stream")
         response.is_stream_consumed = True
         try:
             async for chunk in stream:
