@@ -1,0 +1,152 @@
+"""Instructions per relayed event through the real server, counted (not timed).
+
+    .venv/bin/python -m bench.sse_counts [--streams 3] [--deltas 20] [--pause 0.03]
+
+``proxai serve`` runs under ``valgrind --tool=callgrind`` (instrumentation switched on
+after start-up) in front of the per-event bench's upstream (``bench/event_upstream.py``).
+One keep-alive connection runs ``streams`` Responses streams of ``deltas`` and then of
+``2 * deltas`` paced deltas, each batch in its own window (counters zeroed, then dumped
+with ``callgrind_control``); the difference over ``streams * deltas`` is one event's
+instructions, the whole process's (the trio thread, hypercorn, proxai, the upstream
+read). The pause is long (30 ms) because callgrind slows the server fifty-fold: every
+event must still be its own read and its own send, as on an LLM upstream. Instruction
+counts do not move with the machine's load, so a lever can be weighed on a busy machine
+where the CPU benches cannot; ``bench.perevent`` on a quiet one gives the time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.common import RESULTS, ROOT, free_port, proxai, stop, wait_port, workdir
+from bench.perevent import TIMEOUTS, event_upstream
+from bench.streams import Variant
+from bench.websocket import Lane
+
+_TOTALS = re.compile(rb"^(?:totals|summary):\s*(\d+)", re.MULTILINE)
+
+
+def control(*args: str) -> None:
+    subprocess.run(["callgrind_control", *args], check=True, capture_output=True)
+
+
+def dumped(out: Path, before: set[Path], keep: Path | None) -> int:
+    """Instructions in the dump that appeared since ``before`` (copied into ``keep``)."""
+    for _ in range(600):
+        new = set(out.parent.glob(out.name + "*")) - before
+        for path in new:
+            text = path.read_bytes()
+            found = _TOTALS.search(text)
+            if found:
+                if keep is not None:
+                    keep.mkdir(parents=True, exist_ok=True)
+                    (keep / path.name).write_bytes(text)
+                return int(found.group(1))
+        time.sleep(0.1)
+    raise RuntimeError("no callgrind dump")
+
+
+#: the floor apps (``bench/floor_apps.py``) a target name runs, in this process's way
+FLOORS = {"stock-relay": "transport", "h11-relay": "h11relay", "shaped-relay": "shaped"}
+
+
+def server(target: str, wd: Path, out: Path, upstream: int) -> tuple[subprocess.Popen[bytes], int]:
+    """``target`` under callgrind, serving on a free port: (process, port)."""
+    valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+    port = free_port()
+    if target == "proxai":
+        prefix = [*valgrind, sys.executable, "-m", "proxai"]
+        return proxai(wd, port, upstream, timeouts=TIMEOUTS, argv_prefix=prefix), port
+    serve = f"from bench.cprofiled import serve_floor; serve_floor({FLOORS[target]!r}, {port})"
+    env = {**os.environ, "FLOOR_UPSTREAM": f"http://127.0.0.1:{upstream}"}
+    process = subprocess.Popen(
+        [*valgrind, sys.executable, "-c", serve],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return process, port
+
+
+def measure(
+    target: str, streams: int, deltas: int, pause: float, keep: Path | None = None
+) -> dict[str, object]:
+    """Instructions per event and per stream of ``target``."""
+    RESULTS.mkdir(exist_ok=True)
+    upstream_process, upstream = event_upstream()
+    totals: list[int] = []
+    try:
+        with workdir() as wd:
+            out = wd / "callgrind.out"
+            process, port = server(target, wd, out, upstream)
+            pid = str(process.pid)
+            try:
+                wait_port(port, timeout=300)
+                control("-i", "on", pid)
+
+                async def run() -> list[str]:
+                    lane = Lane("sse", port)
+                    async with lane:
+                        for _ in range(2):  # warm up
+                            await lane.run(Variant(2, pause))
+                        for n in (deltas, 2 * deltas):
+                            control("-z", pid)
+                            for _ in range(streams):
+                                await lane.run(Variant(n, pause))
+                            before = set(wd.glob("callgrind.out*"))
+                            control("-d", pid)
+                            totals.append(dumped(out, before, keep and keep / target))
+                    return lane.problems
+
+                problems = asyncio.run(run())
+            finally:
+                stop([process])
+    finally:
+        stop([upstream_process])
+    short, long = totals
+    return {
+        "target": target,
+        "streams": streams,
+        "deltas": deltas,
+        "pause": pause,
+        "problems": problems,
+        "instructions_short": short,
+        "instructions_long": long,
+        "per_event": (long - short) / (streams * deltas),
+        "per_stream": (2 * short - long) / streams,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--streams", type=int, default=3)
+    parser.add_argument("--deltas", type=int, default=20)
+    parser.add_argument("--pause", type=float, default=0.03)
+    parser.add_argument(
+        "--targets", nargs="*", default=["proxai", *FLOORS], choices=["proxai", *FLOORS]
+    )
+    parser.add_argument("--keep", type=Path, default=None, help="copy the dumps into DIR/TARGET")
+    args = parser.parse_args()
+    results = [measure(t, args.streams, args.deltas, args.pause, args.keep) for t in args.targets]
+    for result in results:
+        print(
+            f"{result['target']:14} {result['per_event']:>12,.0f} instructions per event"
+            f" {result['per_stream']:>14,.0f} per stream  {result['problems'] or ''}"
+        )
+    (RESULTS / "sse_counts.json").write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
