@@ -145,6 +145,12 @@ class Relay:
         self._client_stalled = False
         #: The observer has filled the outcome record (it does once).
         self._filled = False
+        #: Some byte of the body went to the client.
+        self._forwarded = False
+        #: The deadline of the wait for the upstream under way (None: not waiting).
+        self._waiting_until: float | None = None
+        #: A chunk whose hand-over to the writer was interrupted (see _relay_body).
+        self._unsent: Chunk | None = None
 
     def _elapsed(self) -> float:
         return trio.current_time() - self._started
@@ -370,45 +376,125 @@ class Relay:
         """Forward body bytes until the upstream ends or a deadline passes.
 
         Returns the verdict and whether any byte went to the client.
+
+        The waits for the upstream share one cancel scope, not one each (a scope per
+        event cost more than the rest of the relay's own work per event): its deadline
+        is lowered to a wait's own when that is earlier and otherwise left, so it may
+        pass early, while a later wait or a hand-over to the writer runs. Then the wait
+        it interrupted resumes under a new scope with its own deadline, and a chunk it
+        interrupted on its way to the writer is handed over again: only a wait whose
+        own deadline has passed ends the stream.
         """
-        forwarded = False
+        resume: float | None = None
+        while True:
+            ended: Verdict | End | None = None
+            with trio.CancelScope() as waits:
+                ended = await self._relay_events(upstream, client, waits, resume)
+            resume = None
+            if isinstance(ended, End):
+                verdict = self._observer.on_end(
+                    fault=ended.fault, detail=ended.detail, now=ended.at
+                )
+                tail = self._forwarding.tail(ended.tail, verdict)
+                if tail:
+                    self._forwarded = True
+                    await self._to_writer(client, Out(tail))
+                return verdict, self._forwarded
+            if ended is not None:  # stopped by the forwarding, or past a limit of one stream
+                self._reader_scope.cancel()
+                if self._observer.over_limit is ended:
+                    async for _ in upstream:  # the reader may be mid-read: let it end
+                        pass
+                return ended, self._forwarded
+            until = self._waiting_until
+            self._waiting_until = None
+            if until is None:
+                continue  # it passed during a hand-over to the writer, which has no deadline
+            if trio.current_time() < until:
+                resume = until  # not this wait's deadline: go on waiting, until its own
+                continue
+            self._reader_scope.cancel()
+            if trio.current_time() >= self._total_deadline:
+                return self._observer.on_total_timeout(self._clock.now()), self._forwarded
+            return self._observer.on_deadline(self._clock.now()), self._forwarded
+
+    async def _relay_events(
+        self,
+        upstream: trio.MemoryReceiveChannel[ToObserver],
+        client: trio.MemorySendChannel[ToWriter],
+        waits: trio.CancelScope,
+        resume: float | None,
+    ) -> Verdict | End:
+        """Forward reads until the upstream's end, a stop or a limit, under ``waits``
+        (the scope whose deadline bounds the waits for the upstream). ``resume``: the
+        deadline of the wait an earlier scope's deadline interrupted."""
         forwarding = self._forwarding
+        unsent = self._unsent
+        if unsent is not None:
+            await self._to_writer(client, unsent)
+            self._unsent = None
         while True:
             stopped = forwarding.stopped()
             if stopped is not None:
-                self._reader_scope.cancel()
-                return stopped, forwarded
-            message = await self._next_message(upstream, self._observer)
-            if message is None:  # a deadline passed first
-                self._reader_scope.cancel()
-                if trio.current_time() >= self._total_deadline:
-                    return self._observer.on_total_timeout(self._clock.now()), forwarded
-                return self._observer.on_deadline(self._clock.now()), forwarded
+                return stopped
+            if resume is not None:
+                message = await self._wait(upstream, waits, resume)
+                resume = None
+            else:
+                try:
+                    # A message already queued is taken without looking at the clock: it
+                    # arrived while proxai was busy downstream, so the upstream was not silent.
+                    message = upstream.receive_nowait()
+                except trio.WouldBlock:
+                    message = await self._wait(upstream, waits, self._wait_deadline())
             if isinstance(message, Body):
                 reads = self._observe_frames(message)
                 over = self._observer.over_limit
                 if over is not None:  # past a limit of one stream: it ends now, as a stall
-                    self._reader_scope.cancel()
-                    async for _ in upstream:  # the reader may be mid-read: let it end
-                        pass
-                    return over, forwarded
+                    return over
                 chunk = forwarding.client_bytes(message, reads)
                 if chunk.data:
-                    forwarded = True
+                    self._forwarded = True
                     try:  # _to_writer's first step, inline: this runs once per event
                         client.send_nowait(chunk)
                     except trio.WouldBlock:
+                        self._unsent = chunk
                         await self._to_writer(client, chunk)
+                        self._unsent = None
                 continue
             assert isinstance(message, End)
-            verdict = self._observer.on_end(
-                fault=message.fault, detail=message.detail, now=message.at
-            )
-            tail = forwarding.tail(message.tail, verdict)
-            if tail:
-                forwarded = True
-                await self._to_writer(client, Out(tail))
-            return verdict, forwarded
+            return message
+
+    async def _wait(
+        self,
+        upstream: trio.MemoryReceiveChannel[ToObserver],
+        waits: trio.CancelScope,
+        until: float,
+    ) -> ToObserver:
+        """The reader's next message, waited for until ``until`` at the latest (the
+        deadline of ``waits`` is lowered to it if later; it is never raised)."""
+        if until < waits.deadline:
+            waits.deadline = until
+        self._waiting_until = until
+        message = await upstream.receive()
+        self._waiting_until = None
+        return message
+
+    def _wait_deadline(self) -> float:
+        """When a wait for the upstream starting now ends at the latest.
+
+        The reader is waiting on the upstream, so the upstream clock runs with trio's,
+        and the observer's deadline converts directly.
+        """
+        deadline = self._total_deadline
+        observer_deadline = self._observer.deadline()
+        if observer_deadline != math.inf:
+            deadline = min(deadline, trio.current_time() + (observer_deadline - self._clock.now()))
+        if self._forwarding.client_ended:
+            # The client's stream has ended (a Chat upstream's at its usage chunk): the
+            # upstream has nothing left to say but its own end, as after a terminal event.
+            deadline = min(deadline, trio.current_time() + AFTER_TERMINAL_GRACE)
+        return deadline
 
     def _drain_queued(self, upstream: trio.MemoryReceiveChannel[ToObserver]) -> list[Chunk]:
         """What the client gets of reads already queued by the reader, observed."""
@@ -465,34 +551,6 @@ class Relay:
                 raise _WriterBlocked(OutcomeKind.TOTAL_TIMEOUT, data)
             if self._writer.writing_since == since:
                 raise _WriterBlocked(OutcomeKind.CLIENT_STALLED, data)
-
-    async def _next_message(
-        self,
-        upstream: trio.MemoryReceiveChannel[ToObserver],
-        observer: StreamObserver,
-    ) -> ToObserver | None:
-        """The reader's next message, or ``None`` if a deadline passes first.
-
-        A message already queued is taken without looking at the clock: it
-        arrived while proxai was busy downstream, so the upstream was not
-        silent. Otherwise the reader is waiting on the upstream, the upstream
-        clock runs with trio's, and the observer's deadline converts directly.
-        """
-        try:
-            return upstream.receive_nowait()
-        except trio.WouldBlock:
-            pass
-        deadline = self._total_deadline
-        observer_deadline = observer.deadline()
-        if observer_deadline != math.inf:
-            deadline = min(deadline, trio.current_time() + (observer_deadline - self._clock.now()))
-        if self._forwarding.client_ended:
-            # The client's stream has ended (a Chat upstream's at its usage chunk): the
-            # upstream has nothing left to say but its own end, as after a terminal event.
-            deadline = min(deadline, trio.current_time() + AFTER_TERMINAL_GRACE)
-        with trio.move_on_at(deadline):
-            return await upstream.receive()
-        return None
 
     def _count(self, frames: Sequence[SSEFrame]) -> None:
         events = 0

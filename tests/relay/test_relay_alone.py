@@ -131,6 +131,46 @@ async def test_a_stream_passes_byte_for_byte_and_ends_with_the_body(
     assert outcome.bytes_out == len(stream)
 
 
+async def test_a_steady_stream_many_idle_periods_long_is_never_cut(
+    autojump_clock: MockClock,
+) -> None:
+    # An event every 20 s for 300 s, idle 30 s: every wait ends well before its deadline,
+    # though the waits' one scope (its deadline set by the first) passes many times.
+    events: list[dict[str, Any] | bytes] = [
+        *TURN2_EVENTS[:3],
+        *[b": ping\n\n"] * 12,
+        *TURN2_EVENTS[3:],
+    ]
+    downstream = FakeDownstream()
+    outcome = await Relay(exchange(Script.sse(events, delay=20.0)), downstream).run()
+    assert outcome.kind is OutcomeKind.COMPLETED
+    assert downstream.body == Script.sse(events).body and downstream.ended
+    assert trio.current_time() >= 20.0 * (len(events) - 1)
+
+
+async def test_a_hand_over_interrupted_by_the_waits_deadline_is_made_again(
+    autojump_clock: MockClock,
+) -> None:
+    # The client stops reading for 40 s (under client_write) while the upstream has sent
+    # everything: the observer is blocked handing a chunk to the writer when the deadline
+    # the first wait gave the waits' scope (idle, 30 s) passes. That is no wait's
+    # deadline: the chunk is handed over again, once, and the stream ends whole.
+    events: list[dict[str, Any] | bytes] = [
+        *TURN2_EVENTS[:3],
+        *[b": ping %d\n\n" % n for n in range(12)],
+        *TURN2_EVENTS[3:],
+    ]
+    downstream = FakeDownstream(stop_reading_after=1)
+    relay = Relay(exchange(Script.sse(events)), downstream)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(relay.run)
+        await trio.sleep(40.0)
+        assert len(downstream.parts) == 1
+        downstream.reading.set()
+    assert relay.outcome.kind is OutcomeKind.COMPLETED
+    assert downstream.body == Script.sse(events).body and downstream.ended
+
+
 async def test_a_stall_mid_arguments_ends_with_the_protocols_error_after_the_upstreams_bytes(
     autojump_clock: MockClock,
 ) -> None:
