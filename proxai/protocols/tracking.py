@@ -261,7 +261,11 @@ class TrackingObserver(StreamObserver):
 
     def grow(self, aggregate: Aggregate, text: str) -> None:
         """``aggregate`` grows by ``text``, kept while the stream is within ``max_kept``."""
-        if self.keep(len(text)):
+        size = len(text)
+        if self._keeping and self._kept + size <= self._limits.max_kept:  # keep(), inline
+            self._kept += size
+            aggregate.append(text)
+        elif self.keep(size):
             aggregate.append(text)
         else:
             aggregate.skip(text)

@@ -46,9 +46,11 @@ class Head:
     at: float  # on the upstream clock
 
 
-@attrs.frozen
+@attrs.define(slots=True)
 class Body:
-    """Bytes of one upstream read (whole frames only, for SSE), stamped on the upstream clock."""
+    """Bytes of one upstream read (whole frames only, for SSE), stamped on the upstream clock.
+    Never changed once made (not frozen: a frozen class's ``__init__`` costs more than
+    twice a plain one's, and one is made per read)."""
 
     data: bytes
     frames: Sequence[SSEFrame]

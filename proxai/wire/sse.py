@@ -40,9 +40,11 @@ def _event_name(value: bytes) -> str:
     return name
 
 
-@attrs.frozen(slots=True)
+@attrs.define(slots=True)
 class SSEFrame:
-    """One complete unit of the stream, with the bytes it arrived as.
+    """One complete unit of the stream, with the bytes it arrived as; never changed once
+    made (not an attrs-frozen class only because its checked ``__init__`` costs more than
+    twice a plain one's, and one frame is made per event).
 
     ``event`` is the value of the last ``event:`` field, ``data`` the ``data:``
     lines joined with LF (``None`` when the frame had no ``data:`` field, as for
@@ -110,14 +112,29 @@ class SSEFramer:
             # Nothing pending and the chunk is whole LF-only events (how upstreams
             # send them): frame it without copying it into the buffer. The first
             # event this cannot take, and all after it, go the general way.
-            start = 0
             end = len(chunk)
+            stop = chunk.find(b"\n\n") + 2
+            if stop == end and chunk.startswith(b"event: "):
+                # One event in the read, as an LLM upstream writes them: _block's usual
+                # shape, inline and without a copy of the read.
+                nl = chunk.find(b"\n")
+                if chunk.startswith(b"data: ", nl + 1) and chunk.find(b"\n", nl + 1) == end - 2:
+                    value = chunk[7:nl]
+                    name = _EVENT_NAMES.get(value)
+                    return [
+                        SSEFrame(
+                            chunk,
+                            _event_name(value) if name is None else name,
+                            chunk[nl + 7 : -2],
+                        )
+                    ]
+            start = 0
             while start < end:
                 first = chunk[start]
                 if first in (_LF, _COLON):
                     break
                 stop = chunk.find(b"\n\n", start) + 2
-                frame = self._block(chunk[start:stop])
+                frame = self._block(chunk if start == 0 and stop == end else chunk[start:stop])
                 if frame is None:
                     break
                 frames.append(frame)

@@ -126,6 +126,7 @@ def synthesized_error(
 
 #: What a text part no delta came for spelled.
 _NO_DELTAS = Aggregate()
+_TEXT_DELTA = "response.output_text.delta"
 
 
 def responses_usage(usage: Mapping[str, Any]) -> Usage:
@@ -161,6 +162,8 @@ class ResponsesReader:
         self._since_sequence = 0  # events after the last one that carried a sequence_number
 
     def read(self, event_type: str | None, data: bytes) -> object:
+        if event_type == _TEXT_DELTA:
+            return self._read_text_delta(data)
         # needs_parsing() and load(), inline: this runs once per event.
         if event_type and event_type != "message" and event_type not in NEEDED_TYPES:
             self._since_sequence += 1  # counted, never parsed
@@ -176,6 +179,44 @@ class ResponsesReader:
         else:
             self._apply(event_of(event_type, value))
         return payload
+
+    def _read_text_delta(self, data: bytes) -> object:
+        """A ``response.output_text.delta`` event (most of a stream's): what
+        :func:`delta_fields_of` and :meth:`_apply_delta` do with it, inline, for a
+        well-formed delta of text already begun; anything else goes their way."""
+        try:
+            value = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            value = NOT_JSON
+        if type(value) is not dict:  # orjson makes exact types: no subclass to allow
+            self._apply(event_of(_TEXT_DELTA, value))
+            return None
+        delta = value.get("delta")
+        if type(delta) is not str or value.get("type") != _TEXT_DELTA:
+            self._apply(event_of(_TEXT_DELTA, value))
+            return value
+        seq = value.get("sequence_number")
+        index = value.get("output_index")
+        content = value.get("content_index")
+        if type(index) is not int:  # no bool either, as _opt_int
+            item_id = value.get("item_id")
+            index = self._index_of_id.get(item_id) if type(item_id) is str else None
+            if index is None:
+                self._note_sequence(seq if type(seq) is int else None)
+                return value
+        text = self.texts.get((index, content if type(content) is int and content else 0))
+        if text is None:  # its first delta: _apply_delta opens its record
+            fields = delta_fields_of(_TEXT_DELTA, value)
+            assert fields is not None
+            self._apply_delta(fields)
+            return value
+        if type(seq) is int:
+            self._last_sequence = seq
+            self._since_sequence = 0
+        else:
+            self._since_sequence += 1
+        self._tracker.grow(text, delta)
+        return value
 
     def _apply(self, event: StreamEvent) -> None:
         tracker = self._tracker
