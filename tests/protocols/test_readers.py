@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
+import attrs
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxai.config import TimeoutsConfig
 from proxai.outcome import Outcome, OutcomeKind
@@ -25,7 +28,7 @@ from proxai.protocols.responses.reader import ResponsesReader
 from proxai.protocols.table import API_BY_WIRE
 from proxai.protocols.tracking import ReaderFactory, StreamLimits, TrackingObserver
 from proxai.testing import sse_event
-from proxai.testing.seed import TURN1_EVENTS
+from proxai.testing.seed import TURN1_EVENTS, TURN2_EVENTS
 from proxai.testing.streams import data_frames
 from proxai.testing.streams import made_bytes as raw
 from proxai.translate.decoders import decoder_for
@@ -321,3 +324,68 @@ def test_a_decoder_keeps_its_state_of_an_item_on_the_readers_item(
         value = vars(decoder)[name]
         inside = value.values() if isinstance(value, dict) else value
         assert not any(id(entry) in states for entry in inside)
+
+
+_ODD: list[Any] = [None, True, False, -1, 0, 1, 2, "0", "msg_x", 1.5, [], {}]
+_DELTA = {
+    "type": "response.output_text.delta",
+    "item_id": TURN2_EVENTS[0]["item"]["id"],
+    "output_index": 0,
+    "content_index": 0,
+    "delta": "ab",
+    "sequence_number": 5,
+}
+_FIELDS = {
+    "type": st.sampled_from(["response.output_text.delta", "response.other", *_ODD]),
+    "delta": st.one_of(st.text(max_size=4), st.sampled_from(_ODD)),
+    "sequence_number": st.sampled_from([*_ODD, 7, 8]),
+    "output_index": st.sampled_from(_ODD),
+    "content_index": st.sampled_from(_ODD),
+    "item_id": st.sampled_from([*_ODD, _DELTA["item_id"]]),
+}
+
+
+@st.composite
+def _deltas(draw: st.DrawFn) -> dict[str, Any]:
+    """A text delta with some of its fields changed or left out."""
+    delta = dict(_DELTA)
+    for name in draw(st.sets(st.sampled_from(sorted(_FIELDS)), max_size=3)):
+        if draw(st.booleans()):
+            del delta[name]
+        else:
+            delta[name] = draw(_FIELDS[name])
+    return delta
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_deltas(), max_size=12))
+def test_a_text_delta_read_inline_is_read_as_the_general_path_reads_it(
+    deltas: list[dict[str, Any]],
+) -> None:
+    # The same stream read twice: by the reader, and by a reader whose every event goes
+    # the general way (parsed, classified, applied).
+    class General(ResponsesReader):
+        read = ResponsesReader.read_any
+
+    created = TURN1_EVENTS[0]  # the response's id, for proxai's closing
+    items = [created, *(e for e in TURN2_EVENTS if e["type"].endswith(".added"))]
+    *_, done, completed = TURN2_EVENTS
+    closings, outcomes, texts = [], [], []
+    for kind in (ResponsesReader, General):
+        obs = observer(lambda tracker, kind=kind: kind(tracker, "gpt-test"))  # type: ignore[misc]
+        for at, event in enumerate(items):
+            obs.on_event(event["type"], orjson.dumps(event), float(at))
+        for delta in deltas:
+            obs.on_event("response.output_text.delta", orjson.dumps(delta), 5.0)
+        reader = cast(ResponsesReader, obs.reader)
+        texts.append({k: t.value() for k, t in reader.texts.items()})
+        # The sequence numbers noted: proxai's own closing continues them.
+        closings.append(raw(obs.on_deadline(1e6).closing))
+        for event in (done, completed):
+            obs.on_event(event["type"], orjson.dumps(event), 6.0)
+        outcome = Outcome("POST", "/v1/responses")
+        obs.fill(outcome)
+        outcomes.append(attrs.asdict(outcome))
+    assert texts[0] == texts[1]
+    assert closings[0] == closings[1]
+    assert outcomes[0] == outcomes[1]

@@ -164,6 +164,11 @@ class ResponsesReader:
     def read(self, event_type: str | None, data: bytes) -> object:
         if event_type == _TEXT_DELTA:
             return self._read_text_delta(data)
+        return self.read_any(event_type, data)
+
+    def read_any(self, event_type: str | None, data: bytes) -> object:
+        """:meth:`read` without the inline path for text deltas (the general one, which
+        gives the same for them)."""
         # needs_parsing() and load(), inline: this runs once per event.
         if event_type and event_type != "message" and event_type not in NEEDED_TYPES:
             self._since_sequence += 1  # counted, never parsed
