@@ -145,6 +145,18 @@ def responses_usage(usage: Mapping[str, Any]) -> Usage:
 class ResponsesReader:
     """Reads one Responses stream for its observer; see the module docstring."""
 
+    __slots__ = (
+        "_index_of_id",
+        "_last_sequence",
+        "_model",
+        "_open",
+        "_since_sequence",
+        "_snapshot",
+        "_tracker",
+        "items",
+        "texts",
+    )  # one reader per stream: no instance dict
+
     def __init__(self, tracker: TrackingObserver, model: str | None = None) -> None:
         """``model``, the one the client asked for, names it in a synthesized failure
         when the upstream sent no snapshot of its own."""
