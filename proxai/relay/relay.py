@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from contextlib import AsyncExitStack
 
 import attrs
 import trio
@@ -44,10 +43,9 @@ from ..protocols.observer import (
     Verdict,
 )
 from ..protocols.tracking import AFTER_TERMINAL_GRACE
-from ..upstream.client import UpstreamReply
 from ..wire.sse import SSEFrame
 from . import ending
-from .attempts import AttemptHook, AttemptTrace, open_upstream
+from .attempts import Answer, AttemptHook, AttemptTrace, open_upstream
 from .clock import UpstreamClock
 from .exchange import Exchange, Tap, UpstreamTarget
 from .forwarding import Forwarding, PassThrough, Translated
@@ -235,44 +233,46 @@ class Relay:
 
     async def _read_upstream(self, channel: trio.MemorySendChannel[ToObserver]) -> None:
         send = self._clock.send_paused
-        async with channel, AsyncExitStack() as stack:
-            with self._reader_scope:
-                self._target, opened = await open_upstream(
-                    stack,
-                    self._exchange,
-                    self.outcome,
-                    started=self._started,
-                    total_deadline=self._total_deadline,
-                    on_attempt=self._on_attempt,
-                    trace=self._trace,
-                )
-                if isinstance(opened, ProxyError):
-                    await send(channel, opened)
-                    return
-                await self._read_body(opened, channel)
-            if self._stopping and self._reader_scope.cancelled_caught:
-                # Cancelled by stop(): report it as the stream's end, which the
-                # observer answers with its protocol's error.
-                await send(
-                    channel,
-                    End(self._clock.now(), OutcomeKind.SHUTDOWN, detail=SHUTDOWN_MESSAGE)
-                    if self._sent_head
-                    else shutdown_error(),
-                )
-
-    async def _read_body(
-        self, response: UpstreamReply, channel: trio.MemorySendChannel[ToObserver]
-    ) -> None:
-        self.outcome.first_byte_s = self._elapsed()
-        self._sent_head = True
-        await read_body(
-            response,
-            channel,
-            clock=self._clock,
-            outcome=self.outcome,
-            tap=self._tap,
-            max_event_bytes=self._exchange.max_event_bytes,
-        )
+        answer: Answer | None = None
+        async with channel:
+            try:
+                with self._reader_scope:
+                    self._target, opened, answer = await open_upstream(
+                        self._exchange,
+                        self.outcome,
+                        started=self._started,
+                        total_deadline=self._total_deadline,
+                        on_attempt=self._on_attempt,
+                        trace=self._trace,
+                    )
+                    if isinstance(opened, ProxyError):
+                        await send(channel, opened)
+                    else:
+                        self.outcome.first_byte_s = self._elapsed()
+                        self._sent_head = True
+                        await read_body(
+                            opened,
+                            channel,
+                            clock=self._clock,
+                            outcome=self.outcome,
+                            tap=self._tap,
+                            max_event_bytes=self._exchange.max_event_bytes,
+                        )
+                if self._stopping and self._reader_scope.cancelled_caught:
+                    # Cancelled by stop(): report it as the stream's end, which the
+                    # observer answers with its protocol's error.
+                    await send(
+                        channel,
+                        End(self._clock.now(), OutcomeKind.SHUTDOWN, detail=SHUTDOWN_MESSAGE)
+                        if self._sent_head
+                        else shutdown_error(),
+                    )
+            except BaseException as exc:
+                if answer is not None:  # the response is closed before the channel
+                    await answer.__aexit__(type(exc), exc, exc.__traceback__)
+                raise
+            if answer is not None:
+                await answer.__aexit__(None, None, None)
 
     # -- observer ----------------------------------------------------------------------
 
