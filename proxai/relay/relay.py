@@ -314,7 +314,9 @@ class Relay:
                 self._forwarding = PassThrough(usage_key)
             head = self._forwarding.start(head)
             self._observer.on_start(head.at)
+            status = head.status
             await client.send(head)
+            del head, target  # the writer has the head: neither is held through the stream
             held: Chunk | None = None  # what the writer holds for a client that stopped reading
             try:
                 verdict, forwarded = await self._relay_body(upstream, client)
@@ -334,7 +336,7 @@ class Relay:
             verdict, whole = forwarding.ending(verdict)
             end = ending.decide(
                 verdict,
-                status=head.status,
+                status=status,
                 forwarded=forwarded,
                 finished=self._observer.finished,
                 can_abort=self._exchange.can_abort,
@@ -369,16 +371,29 @@ class Relay:
     ) -> tuple[Verdict, bool]:
         """Forward body bytes until the upstream ends or a deadline passes.
 
-        Returns the verdict and whether any byte went to the client.
+        Returns the verdict and whether any byte went to the client. The wait for the
+        next read is taken here, not in a helper, and nothing of the last read is held
+        through it: a held stream keeps this frame, and what is in it, for its life.
         """
         forwarded = False
         forwarding = self._forwarding
+        message: ToObserver | None
         while True:
             stopped = forwarding.stopped()
             if stopped is not None:
                 self._reader_scope.cancel()
                 return stopped, forwarded
-            message = await self._next_message(upstream, self._observer)
+            # The reader's next message, or None if a deadline passes first. A message
+            # already queued is taken without looking at the clock: it arrived while
+            # proxai was busy downstream, so the upstream was not silent. Otherwise the
+            # reader is waiting on the upstream, the upstream clock runs with trio's,
+            # and the observer's deadline converts directly.
+            try:
+                message = upstream.receive_nowait()
+            except trio.WouldBlock:
+                message = None
+                with trio.move_on_at(self._deadline()):
+                    message = await upstream.receive()
             if message is None:  # a deadline passed first
                 self._reader_scope.cancel()
                 if trio.current_time() >= self._total_deadline:
@@ -393,12 +408,14 @@ class Relay:
                         pass
                     return over, forwarded
                 chunk = forwarding.client_bytes(message, reads)
+                del message, reads
                 if chunk.data:
                     forwarded = True
                     try:  # _to_writer's first step, inline: this runs once per event
                         client.send_nowait(chunk)
                     except trio.WouldBlock:
                         await self._to_writer(client, chunk)
+                del chunk
                 continue
             assert isinstance(message, End)
             verdict = self._observer.on_end(
@@ -409,6 +426,20 @@ class Relay:
                 forwarded = True
                 await self._to_writer(client, Out(tail))
             return verdict, forwarded
+
+    def _deadline(self) -> float:
+        """When the wait for the upstream's next read ends: the observer's deadline (on
+        the upstream clock, which runs with trio's while the reader waits), ``total``,
+        and a short grace once the client's stream has ended."""
+        deadline = self._total_deadline
+        observer_deadline = self._observer.deadline()
+        if observer_deadline != math.inf:
+            deadline = min(deadline, trio.current_time() + (observer_deadline - self._clock.now()))
+        if self._forwarding.client_ended:
+            # The client's stream has ended (a Chat upstream's at its usage chunk): the
+            # upstream has nothing left to say but its own end, as after a terminal event.
+            deadline = min(deadline, trio.current_time() + AFTER_TERMINAL_GRACE)
+        return deadline
 
     def _drain_queued(self, upstream: trio.MemoryReceiveChannel[ToObserver]) -> list[Chunk]:
         """What the client gets of reads already queued by the reader, observed."""
@@ -465,34 +496,6 @@ class Relay:
                 raise _WriterBlocked(OutcomeKind.TOTAL_TIMEOUT, data)
             if self._writer.writing_since == since:
                 raise _WriterBlocked(OutcomeKind.CLIENT_STALLED, data)
-
-    async def _next_message(
-        self,
-        upstream: trio.MemoryReceiveChannel[ToObserver],
-        observer: StreamObserver,
-    ) -> ToObserver | None:
-        """The reader's next message, or ``None`` if a deadline passes first.
-
-        A message already queued is taken without looking at the clock: it
-        arrived while proxai was busy downstream, so the upstream was not
-        silent. Otherwise the reader is waiting on the upstream, the upstream
-        clock runs with trio's, and the observer's deadline converts directly.
-        """
-        try:
-            return upstream.receive_nowait()
-        except trio.WouldBlock:
-            pass
-        deadline = self._total_deadline
-        observer_deadline = observer.deadline()
-        if observer_deadline != math.inf:
-            deadline = min(deadline, trio.current_time() + (observer_deadline - self._clock.now()))
-        if self._forwarding.client_ended:
-            # The client's stream has ended (a Chat upstream's at its usage chunk): the
-            # upstream has nothing left to say but its own end, as after a terminal event.
-            deadline = min(deadline, trio.current_time() + AFTER_TERMINAL_GRACE)
-        with trio.move_on_at(deadline):
-            return await upstream.receive()
-        return None
 
     def _count(self, frames: Sequence[SSEFrame]) -> None:
         events = 0
