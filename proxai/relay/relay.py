@@ -98,6 +98,29 @@ class _WriterBlocked(Exception):
 class Relay:
     """Proxies one request to the upstream and its response to ``downstream``."""
 
+    #: One per stream: no instance dict.
+    __slots__ = (
+        "_client_stalled",
+        "_clock",
+        "_downstream",
+        "_exchange",
+        "_filled",
+        "_forwarding",
+        "_observer",
+        "_on_attempt",
+        "_reader_scope",
+        "_sent_head",
+        "_started",
+        "_stopping",
+        "_tap",
+        "_target",
+        "_timeouts",
+        "_total_deadline",
+        "_trace",
+        "_writer",
+        "outcome",
+    )
+
     def __init__(
         self,
         exchange: Exchange,
@@ -392,6 +415,7 @@ class Relay:
                 message = upstream.receive_nowait()
             except trio.WouldBlock:
                 message = None
+            if message is None:  # waited for outside the handler, which would hold the error
                 with trio.move_on_at(self._deadline()):
                     message = await upstream.receive()
             if message is None:  # a deadline passed first

@@ -102,6 +102,19 @@ class Closing:
 class Writer:
     """The relay's writer task and the state the observer task shares with it."""
 
+    #: One per stream: no instance dict.
+    __slots__ = (
+        "_client_write",
+        "_closing",
+        "_downstream",
+        "_error_shape",
+        "_outcome",
+        "_response_headers",
+        "_tap",
+        "delivered",
+        "writing_since",
+    )
+
     def __init__(
         self,
         downstream: Downstream,
