@@ -9,6 +9,7 @@ proxai's own HTTP/1.1 transport (:class:`~proxai.testing.stepped.SteppedUpstream
 
 from __future__ import annotations
 
+import gc
 import types
 from collections.abc import Iterator
 from functools import partial
@@ -17,7 +18,9 @@ import trio
 import trio.testing
 from trio.testing import MockClock
 
+from proxai.protocols.responses.request import ResponsesRequest
 from proxai.relay.messages import Body, Head, Out
+from proxai.service.pipeline import Body as RequestBody
 from proxai.testing import sse_event
 from proxai.testing.memory_proxy import MemoryProxy
 from proxai.testing.stepped import SteppedUpstream
@@ -90,6 +93,8 @@ def held(value: object) -> bool:
         return True
     if isinstance(value, bytes | bytearray | memoryview):
         return len(value) > 0
+    if isinstance(value, RequestBody):
+        return bool(value.raw) or value.parsed is not None
     if isinstance(value, list | tuple):
         return any(held(v) for v in value)
     return False
@@ -113,16 +118,17 @@ async def relay_stacks() -> dict[str, list[object]]:
         await trio.testing.wait_all_tasks_blocked()
         for task in all_tasks(trio.lowlevel.current_root_task()):
             name = task.coro.cr_code.co_qualname
-            if name in MOST_FRAMES:
+            if name in MOST_FRAMES or name == "MemoryProxy.request":
                 stacks[name] = stack(task.coro)
         nursery.cancel_scope.cancel()
-    assert sorted(stacks) == sorted(MOST_FRAMES)
+    assert sorted(stacks) == sorted([*MOST_FRAMES, "MemoryProxy.request"])
     return stacks
 
 
 async def test_a_held_streams_tasks_keep_nothing_of_its_reads(autojump_clock: MockClock) -> None:
     """Every read was relayed: no frame of the relay's tasks holds its bytes, its frames or
-    a message made of them while the next read is awaited."""
+    a message made of them while the next read is awaited; and the request's own task
+    (the endpoint, the pipeline, the relay's nursery) no longer holds its body."""
     for name, frames in (await relay_stacks()).items():
         for frame in proxais(frames):
             kept = {k for k, v in frame.f_locals.items() if held(v)}
@@ -139,5 +145,56 @@ async def test_a_held_stream_waits_a_few_frames_above_trio_with_no_async_generat
         waits_on = frames[-1]
         assert isinstance(waits_on, types.FrameType), f"{name} waits on {waits_on!r}"
         assert waits_on.f_code.co_filename.endswith("trio/_core/_traps.py")
+        if name not in MOST_FRAMES:
+            continue
         depth = [f.f_code.co_qualname for f in proxais(frames)]
         assert len(depth) <= MOST_FRAMES[name], f"{name}: {depth}"
+
+
+SKIPPED = (type, types.ModuleType, trio.lowlevel.Task)
+
+
+def reachable(root: object, depth: int) -> Iterator[object]:
+    """What ``root`` refers to, ``depth`` references deep: past no module or class (they
+    lead to everything), a function's closure but not its globals, and no task (its
+    frames are the tests' above)."""
+    seen = {id(root)}
+    layer = [root]
+    for _ in range(depth):
+        following = []
+        for obj in layer:
+            if isinstance(obj, types.FunctionType):
+                refs: list[object] = list(obj.__closure__ or ())
+            else:
+                refs = gc.get_referents(obj)
+            for ref in refs:
+                if id(ref) in seen or isinstance(ref, SKIPPED):
+                    continue
+                seen.add(id(ref))
+                following.append(ref)
+                yield ref
+        layer = following
+
+
+async def test_a_held_stream_keeps_nothing_of_the_parsed_request(autojump_clock: MockClock) -> None:
+    """The projected request (its instructions, its tools) served routing and the plan; the
+    stream's observer needs its model alone. What the relay holds reaches no part of it."""
+    instructions = "be brief " * 2000
+    upstream = SteppedUpstream()
+    async with (
+        upstream.running(),
+        MemoryProxy([], transport_factory=upstream.transport) as proxy,
+        trio.open_nursery() as nursery,
+    ):
+        body = {**BODY, "instructions": instructions}
+        nursery.start_soon(partial(proxy.request, body, disconnect_after=100.0))
+        (exchange,) = await upstream.wait_for_exchanges(1)
+        assert await exchange.head()
+        assert await exchange.send(sse_event(PREAMBLE[0]))
+        await trio.testing.wait_all_tasks_blocked()
+        (relay,) = proxy.app._pipeline.relays
+        kept = [
+            r for r in reachable(relay, 8) if r is instructions or isinstance(r, ResponsesRequest)
+        ]
+        nursery.cancel_scope.cancel()
+    assert not kept
