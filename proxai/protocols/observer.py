@@ -99,6 +99,8 @@ class ObserverSnapshot:
 class StreamObserver:
     """The interface the relay drives; the base class only passes frames through."""
 
+    __slots__ = ()  # an observer per stream: its subclasses carry no instance dict
+
     @property
     def finished(self) -> bool:
         """Whether the stream reached its terminal event (unknown here: False)."""
@@ -158,6 +160,8 @@ class StreamObserver:
 
 class PassThroughObserver(StreamObserver):
     """Forwards everything and imposes no deadline: for bodies proxai does not interpret."""
+
+    __slots__ = ()
 
 
 #: Builds a stream's observer with the deadlines of the upstream that serves it.

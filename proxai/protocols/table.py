@@ -95,9 +95,11 @@ class Projection(Protocol):
 
 #: A row's observer builder (not the relay's :data:`~proxai.protocols.observer.ObserverFactory`,
 #: which a plan makes of it): the observer of one stream from its upstream's deadlines, the
-#: request (``None`` for a stream proxai did not see the request of, such as a resumed
-#: one) and what one stream may hold.
-ObserverBuilder = Callable[[TimeoutsConfig, Projection | None, StreamLimits], StreamObserver]
+#: model the request asked for (``None`` for a stream proxai did not see the request of,
+#: such as a resumed one), and what one stream may hold. The model, not the projected
+#: request: a stream holds its factory for its whole life, and a request's instructions
+#: and tools can be tens of KB.
+ObserverBuilder = Callable[[TimeoutsConfig, str | None, StreamLimits], StreamObserver]
 
 
 @attrs.frozen
@@ -375,9 +377,9 @@ class UpstreamProtocol:
 
 
 def _responses_observer(
-    timeouts: TimeoutsConfig, request: Projection | None, limits: StreamLimits
+    timeouts: TimeoutsConfig, model: str | None, limits: StreamLimits
 ) -> StreamObserver:
-    return ResponsesObserver(timeouts, model=request.model if request else None, limits=limits)
+    return ResponsesObserver(timeouts, model=model, limits=limits)
 
 
 APIS: tuple[Api, ...] = (
@@ -402,7 +404,7 @@ APIS: tuple[Api, ...] = (
         PathPattern("/v1/chat/completions"),
         OPENAI_SDK,
         project_chat,
-        lambda timeouts, request, limits: ChatObserver(timeouts, limits),
+        lambda timeouts, model, limits: ChatObserver(timeouts, limits),
         UpstreamKind.OPENAI,
         CHAT_USAGE,
     ),
@@ -412,7 +414,7 @@ APIS: tuple[Api, ...] = (
         PathPattern("/v1/messages"),
         ANTHROPIC_SDK,
         project_messages,
-        lambda timeouts, request, limits: MessagesObserver(timeouts, limits),
+        lambda timeouts, model, limits: MessagesObserver(timeouts, limits),
         UpstreamKind.ANTHROPIC_MESSAGES,
         MESSAGES_USAGE,
         local_answers=(

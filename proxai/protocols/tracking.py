@@ -161,6 +161,42 @@ class TrackingObserver(StreamObserver):
     Its public methods under "what readers report" are the reader's vocabulary; the
     rest is the :class:`StreamObserver` interface the relay drives."""
 
+    #: Slots: one is held per open stream, and a dict of this many attributes is
+    #: past the size CPython shares keys for (30), so each instance would carry its own.
+    __slots__ = (
+        "_anomalies",
+        "_anomalies_dropped",
+        "_calls",
+        "_calls_more",
+        "_comparisons",
+        "_events",
+        "_guarded",
+        "_idle",
+        "_keeping",
+        "_kept",
+        "_kept_records",
+        "_last_activity",
+        "_limits",
+        "_mismatches",
+        "_mismatches_dropped",
+        "_over",
+        "_queued",
+        "_read",
+        "_stalled",
+        "_terminal",
+        "_terminal_closing",
+        "_terminal_detail",
+        "_tool_arguments",
+        "_total",
+        "finish_reasons",
+        "now",
+        "open_by_key",
+        "reader",
+        "response_id",
+        "response_model",
+        "usage",
+    )
+
     def __init__(
         self,
         timeouts: TimeoutsConfig,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
 import trio
@@ -24,7 +24,7 @@ from ..wire.headers import Headers
 from .ending import head_timeout
 from .exchange import Exchange, UpstreamTarget
 
-__all__ = ["AttemptHook", "AttemptTrace", "open_upstream"]
+__all__ = ["Answer", "AttemptHook", "AttemptTrace", "open_upstream"]
 
 #: Told of each attempt as soon as it is decided, with its index (metrics).
 AttemptHook = Callable[[AttemptRecord, int], None]
@@ -43,8 +43,11 @@ class AttemptTrace(Protocol):
         ...
 
 
+#: An answer's response, open: the caller closes it (``await answer.__aexit__(...)``).
+Answer = AbstractAsyncContextManager[UpstreamReply]
+
+
 async def open_upstream(
-    stack: AsyncExitStack,
     exchange: Exchange,
     outcome: Outcome,
     *,
@@ -52,14 +55,15 @@ async def open_upstream(
     total_deadline: float,
     on_attempt: AttemptHook | None = None,
     trace: AttemptTrace | None = None,
-) -> tuple[UpstreamTarget, UpstreamReply | ProxyError]:
-    """Try the route's upstreams until one answers for good; the last one tried and
-    its answer (a response, whatever its status, or the failure before any).
+) -> tuple[UpstreamTarget, UpstreamReply | ProxyError, Answer | None]:
+    """Try the route's upstreams until one answers for good; the last one tried, its
+    answer (a response, whatever its status, or the failure before any) and, for a
+    response, its context for the caller to exit once done with it.
 
-    Each attempt's response lives on an exit stack of its own inside ``stack``: a
-    retried response is closed at once, never relayed; the answer stays open until
-    ``stack`` closes. Each retry needs the exchange's retry budget to have room for
-    it; without, the failure at hand is the answer.
+    A retried response is closed at once, never relayed. Each retry needs the
+    exchange's retry budget to have room for it; without, the failure at hand is the
+    answer. (No exit stack holds the answer: each is a deque, and a held stream kept
+    two of them for its whole life.)
     """
     plan, admission = exchange.plan, exchange.retry_admission
     name, delay = plan.first(), 0.0
@@ -76,54 +80,57 @@ async def open_upstream(
         headers = exchange.request.headers
         if trace is not None:
             headers = trace.attempt_started(attempt, index, headers)
-        attempt_stack = await stack.enter_async_context(AsyncExitStack())
-        result = await _attempt(attempt_stack, exchange, target, total_deadline, headers)
-        if isinstance(result, ProxyError):
-            attempt.kind, attempt.detail = result.kind, result.message
-        else:
-            attempt.status = result.status
-            attempt.retry_after = retry_after_header(result.headers, time.time())
-        if trace is not None:
-            trace.attempt_done(attempt)
-        if on_attempt is not None:
-            on_attempt(attempt, index)
-        following = plan.next_attempt(attempt)
-        if following is None or trio.current_time() + following[1] >= total_deadline:
-            return target, result
-        if not admission.start_retry():
-            outcome.retry_refused = True  # over budget: this failure is the answer
-            return target, result
-        await attempt_stack.aclose()
+        result, opened = await _attempt(exchange, target, total_deadline, headers)
+        try:
+            if isinstance(result, ProxyError):
+                attempt.kind, attempt.detail = result.kind, result.message
+            else:
+                attempt.status = result.status
+                attempt.retry_after = retry_after_header(result.headers, time.time())
+            if trace is not None:
+                trace.attempt_done(attempt)
+            if on_attempt is not None:
+                on_attempt(attempt, index)
+            following = plan.next_attempt(attempt)
+            if following is None or trio.current_time() + following[1] >= total_deadline:
+                return target, result, opened
+            if not admission.start_retry():
+                outcome.retry_refused = True  # over budget: this failure is the answer
+                return target, result, opened
+        except BaseException as exc:
+            if opened is not None:
+                await opened.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        if opened is not None:
+            await opened.__aexit__(None, None, None)
         name, delay = following
 
 
 async def _attempt(
-    attempt_stack: AsyncExitStack,
     exchange: Exchange,
     target: UpstreamTarget,
     total_deadline: float,
     headers: Headers,
-) -> UpstreamReply | ProxyError:
-    """One attempt: the upstream's response (on ``attempt_stack``), or how it failed
+) -> tuple[UpstreamReply | ProxyError, Answer | None]:
+    """One attempt: the upstream's response and its open context, or how it failed
     before one, within ``first_byte`` (or ``total``)."""
     request = exchange.request
     first_byte = math.inf
     if request.first_byte_applies:
         first_byte = trio.current_time() + target.timeouts.first_byte
+    opening = target.client.open(
+        request.method,
+        target.raw_path if target.raw_path is not None else request.raw_path,
+        target.query if target.query is not None else request.query,
+        headers,
+        target.body,
+    )
     try:
         with trio.fail_at(min(first_byte, total_deadline)):
-            return await attempt_stack.enter_async_context(
-                target.client.open(
-                    request.method,
-                    target.raw_path if target.raw_path is not None else request.raw_path,
-                    target.query if target.query is not None else request.query,
-                    headers,
-                    target.body,
-                )
-            )
+            return await opening.__aenter__(), opening
     except trio.TooSlowError:
         if first_byte <= total_deadline:
-            return head_timeout(first_byte=True, seconds=target.timeouts.first_byte)
-        return head_timeout(first_byte=False, seconds=exchange.timeouts.total)
+            return head_timeout(first_byte=True, seconds=target.timeouts.first_byte), None
+        return head_timeout(first_byte=False, seconds=exchange.timeouts.total), None
     except ProxyError as exc:
-        return exc
+        return exc, None

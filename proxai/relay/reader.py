@@ -96,21 +96,10 @@ async def read_body(
 
     The observer closes its end when it has its verdict, and cancels this task's scope;
     a read already on its way resumes this task all the same, and its send then finds
-    the channel closed: the end of the read, not an error of the request."""
-    try:
-        await _read_body(response, channel, clock, outcome, tap, max_event_bytes)
-    except trio.BrokenResourceError:
-        return
+    the channel closed: the end of the read, not an error of the request.
 
-
-async def _read_body(
-    response: UpstreamReply,
-    channel: trio.MemorySendChannel[ToObserver],
-    clock: UpstreamClock,
-    outcome: Outcome,
-    tap: Tap | None,
-    max_event_bytes: int,
-) -> None:
+    Nothing of a read is held while the next one is awaited (a held stream would keep
+    its last read, as bytes and as frames, in this frame for as long as it lasts)."""
     send = clock.send_paused
     if tap is not None:
         tap.upstream_head(response.status, response.headers)
@@ -119,55 +108,61 @@ async def _read_body(
         outcome.anomalies.append(reading.anomaly)
     if reading.unreadable is not None:
         log.warning("request %s: %s", outcome.request_id, reading.unreadable)
-    await send(channel, Head(response.status, reading.headers, reading.sse, clock.now()))
-    events = response.iter_events() if reading.sse else None
-    if events is not None:
-        await _read_events(events, channel, clock, outcome, tap)
-        return
     framer = SSEFramer() if reading.sse else None
     decoder = Decoder(reading.decode) if reading.decode is not None else None
-    try:
-        async for data in response.iter_body():
-            at = clock.now()
-            outcome.bytes_in += len(data)
-            if tap is not None:
-                tap.upstream.add(data)
-            if framer is None:
-                await send(channel, Body(data, (), at))
-                continue
-            if decoder is None and framer.pending + len(data) <= max_event_bytes:
-                # The common read, inline: one undecoded read that cannot overflow.
-                frames = framer.feed(data)
-                message = Body(b"".join([f.raw for f in frames]) if frames else b"", frames, at)
-                try:
-                    channel.send_nowait(message)
-                except trio.WouldBlock:
-                    await send(channel, message)
-                continue
-            pieces = decoder.feed(data) if decoder is not None else (data,)
-            if not await _frame(pieces, framer, channel, clock, at, max_event_bytes):
+    try:  # the observer may go at any send: the end of the read, not an error
+        try:
+            await send(channel, Head(response.status, reading.headers, reading.sse, clock.now()))
+            events = response.iter_events() if reading.sse else None
+            del reading
+            if events is not None:
+                await _read_events(events, channel, clock, outcome, tap)
                 return
-        if response.anomaly is not None:
-            outcome.anomalies.append(response.anomaly)
-            log.warning("request %s: %s", outcome.request_id, response.anomaly)
-        if decoder is not None:
-            assert framer is not None  # only an event stream is decoded
-            rest = decoder.close()
-            if rest and not await _frame(
-                (rest,), framer, channel, clock, clock.now(), max_event_bytes
-            ):
-                return
-    except UpstreamBroken as exc:
-        tail = framer.close() if framer else b""
-        await send(channel, End(clock.now(), OutcomeKind.UPSTREAM_RESET, tail, str(exc)))
+            async for data in response.iter_body():
+                at = clock.now()
+                outcome.bytes_in += len(data)
+                if tap is not None:
+                    tap.upstream.add(data)
+                if framer is None:
+                    await send(channel, Body(data, (), at))
+                elif decoder is None and framer.pending + len(data) <= max_event_bytes:
+                    # The common read, inline: one undecoded read that cannot overflow.
+                    frames = framer.feed(data)
+                    message = Body(b"".join([f.raw for f in frames]) if frames else b"", frames, at)
+                    del frames
+                    try:
+                        channel.send_nowait(message)
+                    except trio.WouldBlock:
+                        await send(channel, message)
+                    del message
+                else:
+                    pieces = decoder.feed(data) if decoder is not None else (data,)
+                    if not await _frame(pieces, framer, channel, clock, at, max_event_bytes):
+                        return
+                    del pieces
+                del data
+            if response.anomaly is not None:
+                outcome.anomalies.append(response.anomaly)
+                log.warning("request %s: %s", outcome.request_id, response.anomaly)
+            if decoder is not None:
+                assert framer is not None  # only an event stream is decoded
+                rest = decoder.close()
+                if rest and not await _frame(
+                    (rest,), framer, channel, clock, clock.now(), max_event_bytes
+                ):
+                    return
+            await send(channel, End(clock.now(), tail=framer.close() if framer else b""))
+        except UpstreamBroken as exc:
+            tail = framer.close() if framer else b""
+            await send(channel, End(clock.now(), OutcomeKind.UPSTREAM_RESET, tail, str(exc)))
+        except CorruptCoding as exc:
+            # A body that cannot be decoded is as broken as a badly framed one.
+            assert framer is not None
+            detail = f"upstream sent an event stream that is not valid {exc}"
+            end = End(clock.now(), OutcomeKind.UPSTREAM_RESET, framer.close(), detail)
+            await send(channel, end)
+    except trio.BrokenResourceError:
         return
-    except CorruptCoding as exc:
-        # A body that cannot be decoded is as broken as a badly framed one.
-        assert framer is not None
-        detail = f"upstream sent an event stream that is not valid {exc}"
-        await send(channel, End(clock.now(), OutcomeKind.UPSTREAM_RESET, framer.close(), detail))
-        return
-    await send(channel, End(clock.now(), tail=framer.close() if framer else b""))
 
 
 async def _read_events(

@@ -28,7 +28,6 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from contextlib import AsyncExitStack
 
 import attrs
 import trio
@@ -44,10 +43,9 @@ from ..protocols.observer import (
     Verdict,
 )
 from ..protocols.tracking import AFTER_TERMINAL_GRACE
-from ..upstream.client import UpstreamReply
 from ..wire.sse import SSEFrame
 from . import ending
-from .attempts import AttemptHook, AttemptTrace, open_upstream
+from .attempts import Answer, AttemptHook, AttemptTrace, open_upstream
 from .clock import UpstreamClock
 from .exchange import Exchange, Tap, UpstreamTarget
 from .forwarding import Forwarding, PassThrough, Translated
@@ -99,6 +97,32 @@ class _WriterBlocked(Exception):
 
 class Relay:
     """Proxies one request to the upstream and its response to ``downstream``."""
+
+    #: One per stream: no instance dict.
+    __slots__ = (
+        "_client_stalled",
+        "_clock",
+        "_downstream",
+        "_exchange",
+        "_filled",
+        "_forwarded",
+        "_forwarding",
+        "_observer",
+        "_on_attempt",
+        "_reader_scope",
+        "_sent_head",
+        "_started",
+        "_stopping",
+        "_tap",
+        "_target",
+        "_timeouts",
+        "_total_deadline",
+        "_trace",
+        "_unsent",
+        "_waiting_until",
+        "_writer",
+        "outcome",
+    )
 
     def __init__(
         self,
@@ -241,44 +265,46 @@ class Relay:
 
     async def _read_upstream(self, channel: trio.MemorySendChannel[ToObserver]) -> None:
         send = self._clock.send_paused
-        async with channel, AsyncExitStack() as stack:
-            with self._reader_scope:
-                self._target, opened = await open_upstream(
-                    stack,
-                    self._exchange,
-                    self.outcome,
-                    started=self._started,
-                    total_deadline=self._total_deadline,
-                    on_attempt=self._on_attempt,
-                    trace=self._trace,
-                )
-                if isinstance(opened, ProxyError):
-                    await send(channel, opened)
-                    return
-                await self._read_body(opened, channel)
-            if self._stopping and self._reader_scope.cancelled_caught:
-                # Cancelled by stop(): report it as the stream's end, which the
-                # observer answers with its protocol's error.
-                await send(
-                    channel,
-                    End(self._clock.now(), OutcomeKind.SHUTDOWN, detail=SHUTDOWN_MESSAGE)
-                    if self._sent_head
-                    else shutdown_error(),
-                )
-
-    async def _read_body(
-        self, response: UpstreamReply, channel: trio.MemorySendChannel[ToObserver]
-    ) -> None:
-        self.outcome.first_byte_s = self._elapsed()
-        self._sent_head = True
-        await read_body(
-            response,
-            channel,
-            clock=self._clock,
-            outcome=self.outcome,
-            tap=self._tap,
-            max_event_bytes=self._exchange.max_event_bytes,
-        )
+        answer: Answer | None = None
+        async with channel:
+            try:
+                with self._reader_scope:
+                    self._target, opened, answer = await open_upstream(
+                        self._exchange,
+                        self.outcome,
+                        started=self._started,
+                        total_deadline=self._total_deadline,
+                        on_attempt=self._on_attempt,
+                        trace=self._trace,
+                    )
+                    if isinstance(opened, ProxyError):
+                        await send(channel, opened)
+                    else:
+                        self.outcome.first_byte_s = self._elapsed()
+                        self._sent_head = True
+                        await read_body(
+                            opened,
+                            channel,
+                            clock=self._clock,
+                            outcome=self.outcome,
+                            tap=self._tap,
+                            max_event_bytes=self._exchange.max_event_bytes,
+                        )
+                if self._stopping and self._reader_scope.cancelled_caught:
+                    # Cancelled by stop(): report it as the stream's end, which the
+                    # observer answers with its protocol's error.
+                    await send(
+                        channel,
+                        End(self._clock.now(), OutcomeKind.SHUTDOWN, detail=SHUTDOWN_MESSAGE)
+                        if self._sent_head
+                        else shutdown_error(),
+                    )
+            except BaseException as exc:
+                if answer is not None:  # the response is closed before the channel
+                    await answer.__aexit__(type(exc), exc, exc.__traceback__)
+                raise
+            if answer is not None:
+                await answer.__aexit__(None, None, None)
 
     # -- observer ----------------------------------------------------------------------
 
@@ -320,7 +346,9 @@ class Relay:
                 self._forwarding = PassThrough(usage_key)
             head = self._forwarding.start(head)
             self._observer.on_start(head.at)
+            status = head.status
             await client.send(head)
+            del head, target  # the writer has the head: neither is held through the stream
             held: Chunk | None = None  # what the writer holds for a client that stopped reading
             try:
                 verdict, forwarded = await self._relay_body(upstream, client)
@@ -340,7 +368,7 @@ class Relay:
             verdict, whole = forwarding.ending(verdict)
             end = ending.decide(
                 verdict,
-                status=head.status,
+                status=status,
                 forwarded=forwarded,
                 finished=self._observer.finished,
                 can_abort=self._exchange.can_abort,
@@ -384,18 +412,67 @@ class Relay:
         it interrupted resumes under a new scope with its own deadline, and a chunk it
         interrupted on its way to the writer is handed over again: only a wait whose
         own deadline has passed ends the stream.
+
+        The wait for the next read is taken here, not in a helper, and nothing of the
+        last read is held through it: a held stream keeps this frame, and what is in
+        it, for its life.
         """
-        resume: float | None = None
+        forwarding = self._forwarding
+        resume: float | None = None  # the deadline of a wait a scope's early end cut
+        message: ToObserver | None
         while True:
             ended: Verdict | End | None = None
             with trio.CancelScope() as waits:
-                ended = await self._relay_events(upstream, client, waits, resume)
-            resume = None
+                unsent = self._unsent
+                if unsent is not None:
+                    await self._to_writer(client, unsent)
+                    self._unsent = unsent = None
+                while True:
+                    ended = forwarding.stopped()
+                    if ended is not None:
+                        break
+                    # A message already queued is taken without looking at the clock: it
+                    # arrived while proxai was busy downstream, so the upstream was not
+                    # silent. Otherwise the wait's deadline is the observer's, converted.
+                    until = resume
+                    resume = message = None
+                    if until is None:
+                        try:
+                            message = upstream.receive_nowait()
+                        except trio.WouldBlock:
+                            until = self._wait_deadline()
+                    if message is None:  # outside the handler, which would hold the error
+                        assert until is not None
+                        if until < waits.deadline:
+                            waits.deadline = until
+                        self._waiting_until = until
+                        message = await upstream.receive()
+                        self._waiting_until = None
+                    if isinstance(message, Body):
+                        reads = self._observe_frames(message)
+                        ended = self._observer.over_limit
+                        if ended is not None:  # past a limit of one stream: it ends now, as a stall
+                            break
+                        chunk = forwarding.client_bytes(message, reads)
+                        del message, reads
+                        if chunk.data:
+                            self._forwarded = True
+                            try:  # _to_writer's first step, inline: this runs once per event
+                                client.send_nowait(chunk)
+                            except trio.WouldBlock:
+                                self._unsent = chunk
+                                await self._to_writer(client, chunk)
+                                self._unsent = None
+                        del chunk
+                        continue
+                    assert isinstance(message, End)
+                    ended = message
+                    break
             if isinstance(ended, End):
                 verdict = self._observer.on_end(
                     fault=ended.fault, detail=ended.detail, now=ended.at
                 )
-                tail = self._forwarding.tail(ended.tail, verdict)
+                tail = forwarding.tail(ended.tail, verdict)
                 if tail:
                     self._forwarded = True
                     await self._to_writer(client, Out(tail))
@@ -406,10 +483,11 @@ class Relay:
                     async for _ in upstream:  # the reader may be mid-read: let it end
                         pass
                 return ended, self._forwarded
+            # The scope's deadline passed.
             until = self._waiting_until
             self._waiting_until = None
             if until is None:
-                continue  # it passed during a hand-over to the writer, which has no deadline
+                continue  # during a hand-over to the writer, which has no deadline
             if trio.current_time() < until:
                 resume = until  # not this wait's deadline: go on waiting, until its own
                 continue
@@ -418,74 +496,10 @@ class Relay:
                 return self._observer.on_total_timeout(self._clock.now()), self._forwarded
             return self._observer.on_deadline(self._clock.now()), self._forwarded
 
-    async def _relay_events(
-        self,
-        upstream: trio.MemoryReceiveChannel[ToObserver],
-        client: trio.MemorySendChannel[ToWriter],
-        waits: trio.CancelScope,
-        resume: float | None,
-    ) -> Verdict | End:
-        """Forward reads until the upstream's end, a stop or a limit, under ``waits``
-        (the scope whose deadline bounds the waits for the upstream). ``resume``: the
-        deadline of the wait an earlier scope's deadline interrupted."""
-        forwarding = self._forwarding
-        unsent = self._unsent
-        if unsent is not None:
-            await self._to_writer(client, unsent)
-            self._unsent = None
-        while True:
-            stopped = forwarding.stopped()
-            if stopped is not None:
-                return stopped
-            if resume is not None:
-                message = await self._wait(upstream, waits, resume)
-                resume = None
-            else:
-                try:
-                    # A message already queued is taken without looking at the clock: it
-                    # arrived while proxai was busy downstream, so the upstream was not silent.
-                    message = upstream.receive_nowait()
-                except trio.WouldBlock:
-                    message = await self._wait(upstream, waits, self._wait_deadline())
-            if isinstance(message, Body):
-                reads = self._observe_frames(message)
-                over = self._observer.over_limit
-                if over is not None:  # past a limit of one stream: it ends now, as a stall
-                    return over
-                chunk = forwarding.client_bytes(message, reads)
-                if chunk.data:
-                    self._forwarded = True
-                    try:  # _to_writer's first step, inline: this runs once per event
-                        client.send_nowait(chunk)
-                    except trio.WouldBlock:
-                        self._unsent = chunk
-                        await self._to_writer(client, chunk)
-                        self._unsent = None
-                continue
-            assert isinstance(message, End)
-            return message
-
-    async def _wait(
-        self,
-        upstream: trio.MemoryReceiveChannel[ToObserver],
-        waits: trio.CancelScope,
-        until: float,
-    ) -> ToObserver:
-        """The reader's next message, waited for until ``until`` at the latest (the
-        deadline of ``waits`` is lowered to it if later; it is never raised)."""
-        if until < waits.deadline:
-            waits.deadline = until
-        self._waiting_until = until
-        message = await upstream.receive()
-        self._waiting_until = None
-        return message
-
     def _wait_deadline(self) -> float:
-        """When a wait for the upstream starting now ends at the latest.
-
-        The reader is waiting on the upstream, so the upstream clock runs with trio's,
-        and the observer's deadline converts directly.
-        """
+        """When a wait for the upstream's next read starting now ends: the observer's
+        deadline (on the upstream clock, which runs with trio's while the reader waits),
+        ``total``, and a short grace once the client's stream has ended."""
         deadline = self._total_deadline
         observer_deadline = self._observer.deadline()
         if observer_deadline != math.inf:

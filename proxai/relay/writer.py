@@ -102,6 +102,19 @@ class Closing:
 class Writer:
     """The relay's writer task and the state the observer task shares with it."""
 
+    #: One per stream: no instance dict.
+    __slots__ = (
+        "_client_write",
+        "_closing",
+        "_downstream",
+        "_error_shape",
+        "_outcome",
+        "_response_headers",
+        "_tap",
+        "delivered",
+        "writing_since",
+    )
+
     def __init__(
         self,
         downstream: Downstream,
@@ -174,8 +187,19 @@ class Writer:
                 message = None
             if not isinstance(message, ProxyError):
                 await self._send_head(head)
-                if message is not None:
-                    await self._send_body_until_closed(message, channel)
+                del head
+                # The body, until the observer closes the channel. The wait for the next
+                # message is taken here, with nothing sent still held (a held stream
+                # keeps this frame, and what is in it, for its life).
+                while message is not None:
+                    message, ended = await self._send_batch(message, channel)
+                    if ended:
+                        break
+                    if message is None:
+                        try:
+                            message = await channel.receive()
+                        except trio.EndOfChannel:
+                            break
                 closing = self._closing
                 if closing.after_stall is not None and closing.after_stall.data:
                     await self._send_body(closing.after_stall)
@@ -192,44 +216,37 @@ class Writer:
                 self._tap.client.add(body)
         return True
 
-    async def _send_body_until_closed(
-        self, first: ToWriter, channel: trio.MemoryReceiveChannel[ToWriter]
-    ) -> None:
-        """Send body bytes until the observer closes the channel.
+    async def _send_batch(
+        self, message: ToWriter, channel: trio.MemoryReceiveChannel[ToWriter]
+    ) -> tuple[ToWriter | None, bool]:
+        """Send ``message`` and the body bytes already queued behind it, in one send (up
+        to :data:`JOIN_MAX_BYTES`); the message taken that did not fit (the next send's),
+        and whether the observer has closed the channel.
 
-        Bytes already queued behind the ones in hand go out with them in one send (up
-        to :data:`JOIN_MAX_BYTES`): under load that saves a send per read, and nothing
-        waits to be joined. The cap keeps one send no larger than one upstream read
-        can be, so ``client_write``, which bounds one send, means what it did."""
-        message: ToWriter | None = first
-        while message is not None:
-            assert not isinstance(message, (Head, ProxyError))
-            batch: list[Chunk] = [message]
-            size = len(message.data)
-            message = None
-            ended = False
-            while size < JOIN_MAX_BYTES:
-                try:
-                    queued = channel.receive_nowait()
-                except trio.WouldBlock:
-                    break
-                except trio.EndOfChannel:
-                    ended = True
-                    break
-                assert not isinstance(queued, (Head, ProxyError))
-                if size + len(queued.data) > JOIN_MAX_BYTES:
-                    message = queued  # the next send's
-                    break
-                batch.append(queued)
-                size += len(queued.data)
-            await self._send_body(batch[0] if len(batch) == 1 else merged(batch))
-            if ended:
-                return
-            if message is None:
-                try:
-                    message = await channel.receive()
-                except trio.EndOfChannel:
-                    return
+        Under load that saves a send per read, and nothing waits to be joined. The cap
+        keeps one send no larger than one upstream read can be, so ``client_write``,
+        which bounds one send, means what it did."""
+        assert not isinstance(message, (Head, ProxyError))
+        batch: list[Chunk] = [message]
+        size = len(message.data)
+        following: ToWriter | None = None
+        ended = False
+        while size < JOIN_MAX_BYTES:
+            try:
+                queued = channel.receive_nowait()
+            except trio.WouldBlock:
+                break
+            except trio.EndOfChannel:
+                ended = True
+                break
+            assert not isinstance(queued, (Head, ProxyError))
+            if size + len(queued.data) > JOIN_MAX_BYTES:
+                following = queued  # the next send's
+                break
+            batch.append(queued)
+            size += len(queued.data)
+        await self._send_body(batch[0] if len(batch) == 1 else merged(batch))
+        return following, ended
 
     def _closing_send(self) -> trio.CancelScope:
         """A scope for the response's last send. The server may close the connection

@@ -13,8 +13,8 @@ socket, count in flight.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 
 from ..errors import ProxyError
 from ..ops.metrics import Metrics
@@ -68,28 +68,53 @@ class Admission:
         if not self._started():
             raise ProxyError(503, "proxai is not started", "server_error")
 
-    @asynccontextmanager
-    async def admitted(
+    def admitted(
         self, tenant: str, incoming: Incoming, outcome: Outcome
-    ) -> AsyncIterator[LimitHold | None]:
+    ) -> AbstractAsyncContextManager[LimitHold | None]:
         """Run a checked request within its key's limits (raises their 429/503 before
-        it is in), counted in flight; yields its hold on the limits (``None``: none
+        it is in), counted in flight; gives its hold on the limits (``None``: none
         applies), whose ``x-ratelimit-*`` headers its answer carries."""
+        return _Admitted(self, tenant, incoming, outcome)
+
+    async def _enter(self, tenant: str, incoming: Incoming, outcome: Outcome) -> LimitHold | None:
         hold = await self._limits.admit(tenant, incoming.request_id, outcome)
         self._gate.enter()
         if self._metrics is not None:
             self._metrics.in_flight.inc()
-        try:
-            yield hold
-        finally:
-            self._gate.leave()
-            if self._metrics is not None:
-                self._metrics.in_flight.dec()
-            if hold is not None:
-                await self._limits.finish(hold, outcome)
+        return hold
+
+    async def _leave(self, hold: LimitHold | None, outcome: Outcome) -> None:
+        self._gate.leave()
+        if self._metrics is not None:
+            self._metrics.in_flight.dec()
+        if hold is not None:
+            await self._limits.finish(hold, outcome)
 
     def draining(self) -> bool:
         return self._gate.draining
 
     async def wait_for_drain(self) -> None:
         await self._gate.wait_for_drain_request()
+
+
+class _Admitted:
+    """:meth:`Admission.admitted`'s bracket: an object with slots, not a generator's
+    context (a stream holds it for its life; trio registers every async generator)."""
+
+    __slots__ = ("_admission", "_hold", "_incoming", "_outcome", "_tenant")
+
+    def __init__(
+        self, admission: Admission, tenant: str, incoming: Incoming, outcome: Outcome
+    ) -> None:
+        self._admission = admission
+        self._tenant = tenant
+        self._incoming = incoming
+        self._outcome = outcome
+        self._hold: LimitHold | None = None
+
+    async def __aenter__(self) -> LimitHold | None:
+        self._hold = await self._admission._enter(self._tenant, self._incoming, self._outcome)
+        return self._hold
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._admission._leave(self._hold, self._outcome)

@@ -63,15 +63,6 @@ class HttpEndpoint:
         outcome = Outcome(incoming.method, incoming.path, request_id=incoming.request_id)
         trace = self._reporter.trace(incoming, outcome)
         capture: Capture | None = None
-
-        async def refuse(exc: ProxyError) -> None:
-            body = await send_error(downstream, exc, incoming.sdk.error_shape, incoming.id_header)
-            if capture is not None:
-                capture.client.add(body)
-            outcome.kind = exc.kind or OutcomeKind.PROXY_ERROR
-            outcome.status = exc.status
-            outcome.detail = exc.message
-
         try:
             self._intake.check(incoming, verdict)
             tenant = self._admission.check(incoming)
@@ -87,15 +78,17 @@ class HttpEndpoint:
                         capture.request_head(
                             incoming.method, incoming.raw_path, incoming.query, incoming.headers
                         )
-                    body = await self._read_body(incoming, receive, capture)
+                    # The body is the pipeline's from here: this frame, which a stream
+                    # keeps for its life, holds none of it.
+                    body = Body(await self._read_body(incoming, receive, capture))
                     request = self._pipeline.request(
                         incoming, tenant, outcome, capture=capture, trace=trace
                     )
-                    await self._pipeline.run(request, Body(body), downstream)
+                    await self._pipeline.run(request, body.handed_over(), downstream)
                 except ProxyError as exc:  # answered while still admitted
-                    await refuse(exc)
+                    await _refuse(exc, downstream, incoming, outcome, capture)
         except ProxyError as exc:  # refused before admission
-            await refuse(exc)
+            await _refuse(exc, downstream, incoming, outcome, capture)
         except Exception as exc:
             outcome.kind = outcome.kind or OutcomeKind.PROXY_ERROR
             outcome.detail = f"internal error: {type(exc).__name__}: {exc}"
@@ -122,3 +115,21 @@ class HttpEndpoint:
         if capture is not None:
             capture.request.add(body)
         return body
+
+
+async def _refuse(
+    exc: ProxyError,
+    downstream: AsgiDownstream,
+    incoming: Incoming,
+    outcome: Outcome,
+    capture: Capture | None,
+) -> None:
+    """Answer ``exc`` in the request's error shape, and record it (a function, not a
+    closure in :meth:`HttpEndpoint.serve`: that would make cells of its locals, which a
+    stream keeps for its life)."""
+    body = await send_error(downstream, exc, incoming.sdk.error_shape, incoming.id_header)
+    if capture is not None:
+        capture.client.add(body)
+    outcome.kind = exc.kind or OutcomeKind.PROXY_ERROR
+    outcome.status = exc.status
+    outcome.detail = exc.message

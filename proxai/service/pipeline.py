@@ -80,6 +80,13 @@ class Body:
         parsed, self.parsed = self.parsed, None
         return parsed
 
+    def handed_over(self) -> Body:
+        """This body as a new record, this one left empty: what its carrier's frame
+        still holds while the request is relayed is nothing."""
+        body = Body(self.raw, self.take())
+        self.raw = b""
+        return body
+
 
 class Pipeline:
     """Plans and runs admitted requests for one proxai; its upstream clients and stored
@@ -171,9 +178,11 @@ class Pipeline:
                 incoming.method, incoming.route_path, tenant=request.tenant
             )
         planned = await self._exchange(request, body, downstream, clients or {})
+        del body  # the exchange has what each upstream is sent
         if planned is None:
             return
         exchange, state = planned
+        del planned
         if state is not None and self.conversations is not None:
             downstream = storing_downstream(self.conversations, state, downstream, outcome)
         on_attempt = self._metrics.attempt if self._metrics is not None else None

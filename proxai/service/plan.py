@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import orjson
 
-from ..config import Config, UpstreamConfig, UpstreamKind
+from ..config import Config, TimeoutsConfig, UpstreamConfig, UpstreamKind
 from ..errors import ProxyError
 from ..policy.normalize import normalize_body
 from ..policy.routes import Route, Router
-from ..protocols.observer import ObserverFactory, pass_through
+from ..protocols.observer import ObserverFactory, StreamObserver, pass_through
 from ..protocols.table import (
     API_BY_WIRE,
     STORED_PATH,
@@ -40,6 +40,7 @@ from ..protocols.table import (
     Compaction,
     CompactionForm,
     LocalAnswer,
+    ObserverBuilder,
     UsageReader,
     api_for,
     local_answer_for,
@@ -187,6 +188,20 @@ def read_head(
 
 
 @attrs.frozen
+class Observing:
+    """An answer's :data:`~proxai.protocols.observer.ObserverFactory`: its API's builder
+    with the request's model and what one stream may hold (a record, not a closure over
+    the projected request, which a stream would keep for its whole life)."""
+
+    build: ObserverBuilder
+    model: str | None
+    limits: StreamLimits
+
+    def __call__(self, timeouts: TimeoutsConfig) -> StreamObserver:
+        return self.build(timeouts, self.model, self.limits)
+
+
+@attrs.frozen
 class Prepared:
     """What the body of a request says about how to route and observe it."""
 
@@ -246,8 +261,11 @@ class Routing:
     404 is kept and raised again (the state step asks before the plan, a socket's turn
     before both, and all of them get the same answer)."""
 
-    def __init__(self, route: Callable[[str | None], Route]) -> None:
-        self._route = route
+    __slots__ = ("_decided", "_incoming", "_planner")
+
+    def __init__(self, planner: Planner, incoming: Incoming) -> None:
+        self._planner = planner
+        self._incoming = incoming
         self._decided: dict[str | None, Route | ProxyError] = {}
 
     def route(self, model: str | None) -> Route:
@@ -255,7 +273,7 @@ class Routing:
         decided = self._decided.get(model)
         if decided is None:
             try:
-                decided = self._route(model)
+                decided = self._planner.route(self._incoming, model)
             except ProxyError as exc:
                 decided = exc
             self._decided[model] = decided
@@ -285,7 +303,7 @@ class Planner:
 
     def routing(self, incoming: Incoming) -> Routing:
         """The request's :class:`Routing`: routed once however often it is asked."""
-        return Routing(lambda model: self.route(incoming, model))
+        return Routing(self, incoming)
 
     def check_served(self, incoming: Incoming) -> None:
         """Raise the 404 that says what is missing when no upstream can take the request
@@ -310,7 +328,7 @@ class Planner:
         limits = self._limits
         if api is not None and incoming.method == "GET":
             # A resumed stream (GET /v1/responses/{id}?stream=true): no request to project.
-            return Prepared(None, None, lambda timeouts: api.observer(timeouts, None, limits), True)
+            return Prepared(None, None, Observing(api.observer, None, limits), True)
         if api is None:
             data = data if data is not None else _json_object_or_none(body)
             model = data.get("model") if data is not None else None
@@ -329,7 +347,7 @@ class Planner:
             data,
             # A path that holds the model names it (the body then does not).
             incoming.path_fields.get("model", projection.model),
-            lambda timeouts: api.observer(timeouts, projection, limits),
+            Observing(api.observer, projection.model, limits),
             projection.stream is True,
             projection.tool_names(),
             compaction,
@@ -412,7 +430,7 @@ class Planner:
         client_body = data
         return TargetPlan(
             dumps_kept(translated.body, client_body=lambda: client_body),
-            lambda timeouts: target.observer(timeouts, None, limits),
+            Observing(target.observer, None, limits),
             raw_path=target.path.format(model=data.get("model") or "").encode(),
             query=b"",
             translator=translated.translator(),

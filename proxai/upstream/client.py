@@ -13,7 +13,7 @@ import math
 import ssl
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 import attrs
@@ -25,7 +25,7 @@ from ..outcome import OutcomeKind
 from ..protocols.table import CLIENT_KEY_HEADERS, UPSTREAM_PROTOCOLS
 from ..wire.headers import Headers, request_headers_for_upstream
 from ..wire.sse import SSEFrame
-from .framing import UpstreamBody, conflicting_framing, surplus_anomaly
+from .framing import ReceivingBody, UpstreamBody, conflicting_framing, surplus_anomaly
 from .h11_transport import H11Pool, H11Transport
 from .transport import PoolTransport, SweptPool
 
@@ -123,7 +123,7 @@ class UpstreamResponse:
         """An HTTP body is bytes: the relay frames an event stream."""
         return None
 
-    async def iter_body(self) -> AsyncIterator[bytes]:
+    def iter_body(self) -> AsyncIterator[bytes]:
         """Body bytes as they arrive, undecoded; raises :class:`UpstreamBroken`.
 
         The transport's stream read directly, not through ``Response.aiter_raw`` (a
@@ -137,13 +137,7 @@ class UpstreamResponse:
         if not isinstance(stream, httpx.AsyncByteStream):
             raise TypeError("an upstream response with a sync stream")
         response.is_stream_consumed = True
-        try:
-            async for chunk in stream:
-                if chunk:
-                    yield chunk
-        except (httpx.ReadError, httpx.RemoteProtocolError) as exc:
-            raise UpstreamBroken(str(exc) or type(exc).__name__) from exc
-        await response.aclose()
+        return _BodyReads(response, stream)
 
     @property
     def anomaly(self) -> str | None:
@@ -153,6 +147,40 @@ class UpstreamResponse:
         if isinstance(stream, UpstreamBody) and stream.surplus:
             return surplus_anomaly(self.method, self.status, self.headers, stream.surplus)
         return None
+
+
+class _BodyReads:
+    """:meth:`UpstreamResponse.iter_body`'s iterator: an object, not an async generator,
+    so that a held stream's read waits one coroutine deep over the lean transport's
+    body (:class:`~proxai.upstream.framing.ReceivingBody`), with no generator frames
+    (nor trio's registration of each) between the relay and the socket."""
+
+    __slots__ = ("_parts", "_receive", "_response")
+
+    def __init__(self, response: httpx.Response, stream: httpx.AsyncByteStream) -> None:
+        self._response = response
+        self._receive = stream.receive if isinstance(stream, ReceivingBody) else None
+        self._parts = None if self._receive is not None else stream.__aiter__()
+
+    def __aiter__(self) -> _BodyReads:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            if self._receive is not None:
+                chunk = await self._receive()
+            else:
+                assert self._parts is not None
+                chunk = b""
+                async for chunk in self._parts:
+                    if chunk:
+                        break
+        except (httpx.ReadError, httpx.RemoteProtocolError) as exc:
+            raise UpstreamBroken(str(exc) or type(exc).__name__) from exc
+        if chunk:
+            return chunk
+        await self._response.aclose()
+        raise StopAsyncIteration
 
 
 class UrlCache:
@@ -429,46 +457,58 @@ class UpstreamClient:
     def _build_url(self, raw_path: bytes, query: bytes) -> httpx.URL:
         return upstream_url(self._base, self._base_path, raw_path, query)
 
-    @asynccontextmanager
-    async def open(
+    def open(
         self,
         method: str,
         raw_path: bytes,
         query: bytes,
         client_headers: Iterable[tuple[bytes, bytes]],
         body: bytes,
-    ) -> AsyncIterator[UpstreamResponse]:
-        """Send the request; yield once the response headers are in; close on exit.
+    ) -> AbstractAsyncContextManager[UpstreamResponse]:
+        """Send the request on entry; the response once its headers are in; close it on
+        exit.
 
         Raises :class:`ProxyError` (502) when no connection can be made, or when the
         response's framing is contradictory (:mod:`proxai.upstream.framing`).
         """
+        return _Opening(self, method, raw_path, query, client_headers, body)
+
+    def _take_shard(self) -> int:
+        """The pool a request goes to (see :meth:`__init__`), counted busy until
+        :meth:`_free_shard`."""
         busy = self._busy
         shard = next((i for i, n in enumerate(busy) if n < SHARD_REQUESTS), None)
         if shard is None:
             shard = busy.index(min(busy))
         busy[shard] += 1
-        try:
-            response = await self._send(shard, method, raw_path, query, client_headers, body)
-            if conflicting_framing(response.headers.raw):
-                # Closed unread: its connection goes too.
-                await response.aclose()
-                raise ProxyError(
-                    502,
-                    "the upstream sent both Content-Length and Transfer-Encoding, which "
-                    "HTTP forbids (RFC 9112, section 6.3): its body cannot be relayed",
-                    "server_error",
-                    code="upstream_invalid_response",
-                    kind=OutcomeKind.PROXY_ERROR,
-                )
-            try:
-                yield UpstreamResponse(
-                    response.status_code, list(response.headers.raw), response, method
-                )
-            finally:
-                await response.aclose()
-        finally:
-            busy[shard] -= 1
+        return shard
+
+    def _free_shard(self, shard: int) -> None:
+        self._busy[shard] -= 1
+
+    async def _open(
+        self,
+        shard: int,
+        method: str,
+        raw_path: bytes,
+        query: bytes,
+        client_headers: Iterable[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> httpx.Response:
+        """The response of a request sent through pool ``shard``, its framing checked."""
+        response = await self._send(shard, method, raw_path, query, client_headers, body)
+        if conflicting_framing(response.headers.raw):
+            # Closed unread: its connection goes too.
+            await response.aclose()
+            raise ProxyError(
+                502,
+                "the upstream sent both Content-Length and Transfer-Encoding, which "
+                "HTTP forbids (RFC 9112, section 6.3): its body cannot be relayed",
+                "server_error",
+                code="upstream_invalid_response",
+                kind=OutcomeKind.PROXY_ERROR,
+            )
+        return response
 
     async def _send(
         self,
@@ -503,3 +543,54 @@ class UpstreamClient:
             reset = isinstance(exc, httpx.ReadError | httpx.WriteError)
             raise closed_before_answer(str(exc), reset=reset) from None
         return response
+
+
+class _Opening:
+    """:meth:`UpstreamClient.open`'s context: an object with slots, not a generator's (a
+    held stream keeps it as long as its response), that lets go of the request's
+    arguments (its body) once they are sent."""
+
+    __slots__ = ("_args", "_client", "_response", "_shard")
+
+    def __init__(
+        self,
+        client: UpstreamClient,
+        method: str,
+        raw_path: bytes,
+        query: bytes,
+        client_headers: Iterable[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> None:
+        self._client = client
+        self._args: tuple[str, bytes, bytes, Iterable[tuple[bytes, bytes]], bytes] | None = (
+            method,
+            raw_path,
+            query,
+            client_headers,
+            body,
+        )
+        self._shard: int | None = None
+        self._response: httpx.Response | None = None
+
+    async def __aenter__(self) -> UpstreamResponse:
+        args, self._args = self._args, None
+        assert args is not None, "an upstream request is opened once"
+        self._shard = self._client._take_shard()
+        try:
+            response = self._response = await self._client._open(self._shard, *args)
+        except BaseException:
+            self._free()
+            raise
+        return UpstreamResponse(response.status_code, list(response.headers.raw), response, args[0])
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        try:
+            if self._response is not None:
+                await self._response.aclose()
+        finally:
+            self._free()
+
+    def _free(self) -> None:
+        if self._shard is not None:
+            self._client._free_shard(self._shard)
+            self._shard = None

@@ -19,11 +19,13 @@ Each transport's body stream is an :class:`UpstreamBody` and counts its surplus.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import httpx
 
 from ..wire.headers import Headers
 
-__all__ = ["UpstreamBody", "conflicting_framing", "surplus_anomaly"]
+__all__ = ["ReceivingBody", "UpstreamBody", "conflicting_framing", "surplus_anomaly"]
 
 
 class UpstreamBody(httpx.AsyncByteStream):
@@ -31,6 +33,20 @@ class UpstreamBody(httpx.AsyncByteStream):
     bytes the upstream sent past it (the connection is then closed, never pooled)."""
 
     surplus = 0
+
+
+class ReceivingBody(UpstreamBody):
+    """A body read one ``await receive()`` at a time (the lean transport's): the relay
+    reads it with no async generator between it and the socket, each of which is one
+    more frame a held stream keeps suspended (and one more registration with trio)."""
+
+    async def receive(self) -> bytes:
+        """The body's next bytes as they arrive; ``b""`` once it has ended."""
+        raise NotImplementedError
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while data := await self.receive():
+            yield data
 
 
 def _has(headers: Headers, name: bytes) -> bool:

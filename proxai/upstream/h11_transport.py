@@ -3,7 +3,7 @@
 A streamed response from a local vLLM or llama.cpp pays its read path once per
 event: through httpcore that is an async generator per layer and an exception-
 mapping block per h11 event. Here one connection object reads the socket, feeds
-h11 and yields the body's bytes, with nothing entered per read. httpx stays the
+h11 and returns the body's bytes, with nothing entered per read. httpx stays the
 client API (this is an ``httpx.AsyncBaseTransport``); https upstreams keep
 :class:`~proxai.upstream.transport.PoolTransport` (TLS, verification).
 
@@ -16,13 +16,13 @@ Any other end closes it.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 import h11
 import httpx
 import trio
 
-from .framing import UpstreamBody
+from .framing import ReceivingBody
 
 __all__ = ["Connect", "H11Pool", "H11Transport"]
 
@@ -44,6 +44,8 @@ class H11Connection:
         self._closed = False
         #: Bytes the upstream sent past the end of the last response (read with it).
         self.surplus = 0
+        #: The current response's body has been read to its end.
+        self.complete = False
 
     def is_idle(self) -> bool:
         return self._idle_since is not None and not self._closed
@@ -89,6 +91,7 @@ class H11Connection:
             raise httpx.WriteError(str(exc) or type(exc).__name__) from exc
         except h11.LocalProtocolError as exc:
             raise httpx.LocalProtocolError(str(exc)) from exc
+        self.complete = False
         while True:
             event = await self._next_event()
             if isinstance(event, h11.Response):
@@ -113,19 +116,34 @@ class H11Connection:
                 raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
             self._h11.receive_data(bytes(data))  # bytes already from a socket: no copy
 
-    async def body(self) -> AsyncIterator[bytes]:
-        """The response body's bytes as they arrive."""
-        while True:
-            event = await self._next_event()
-            if isinstance(event, h11.Data):
-                yield bytes(event.data)
+    async def receive_body(self) -> bytes:
+        """The response body's next bytes as they arrive; ``b""`` at its end (and after).
+
+        The socket is read here, not in :meth:`_next_event`: a held stream waits in this
+        frame, one coroutine above trio's, for as long as the upstream says nothing."""
+        conn = self._h11
+        while not self.complete:
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise httpx.RemoteProtocolError(str(exc)) from exc
+            if event is h11.NEED_DATA:
+                try:
+                    data = await self._stream.receive_some(READ_SIZE)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    raise httpx.ReadError(str(exc) or type(exc).__name__) from exc
+                conn.receive_data(bytes(data))  # bytes already from a socket: no copy
+            elif isinstance(event, h11.Data):
+                if event.data:
+                    return bytes(event.data)
             elif isinstance(event, h11.EndOfMessage):
-                self.surplus = len(self._h11.trailing_data[0])
-                return
+                self.surplus = len(conn.trailing_data[0])
+                self.complete = True
             elif isinstance(event, h11.ConnectionClosed):
                 raise httpx.RemoteProtocolError(
                     "peer closed connection without sending complete message body"
                 )
+        return b""
 
     def reusable(self) -> bool:
         """The exchange ended cleanly, both sides may go on and nothing is left unread
@@ -238,24 +256,20 @@ async def _close(connections: Iterable[H11Connection]) -> None:
             await connection.aclose()
 
 
-class _Body(UpstreamBody):
+class _Body(ReceivingBody):
     def __init__(self, pool: H11Pool, connection: H11Connection) -> None:
         self._pool = pool
         self._connection = connection
-        self._complete = False
         self._released = False
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for part in self._connection.body():
-            yield part
-        self.surplus = self._connection.surplus
-        self._complete = True
+        #: The connection's own read: no frame of this object's between it and the relay.
+        self.receive = connection.receive_body  # type: ignore[method-assign]
 
     async def aclose(self) -> None:
         if self._released:
             return
         self._released = True
-        reuse = self._complete and self._connection.reusable()
+        self.surplus = self._connection.surplus
+        reuse = self._connection.complete and self._connection.reusable()
         await self._pool.release(self._connection, reuse=reuse)
 
 

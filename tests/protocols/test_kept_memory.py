@@ -161,6 +161,15 @@ def test_an_observer_keeps_at_most_max_kept_and_compares_only_what_it_kept(
     assert any("kept 65536 bytes for its end-of-stream checks" in a for a in observer._anomalies)
 
 
+@pytest.mark.parametrize("upstream", [CHAT, RESPONSES, MESSAGES])
+def test_a_new_observer_and_its_reader_hold_under_2_kib(upstream: WireApi) -> None:
+    """Every held stream keeps one: with an instance dict each (the tracking observer's
+    31 attributes are past the 30 whose keys CPython shares) they held 2.3-3.2 KiB."""
+    make = OBSERVERS[upstream]
+    timeouts, limits = TimeoutsConfig(), StreamLimits()
+    assert allocated_per_item(lambda: make(timeouts, limits)) < 2048
+
+
 CHAT_UPSTREAM = {"local": {"protocol": "openai_chat", "base_url": "http://local.test/v1"}}
 MESSAGES_UPSTREAM = {
     "local": {"protocol": "anthropic_messages", "base_url": "http://local.test/v1"}
@@ -215,3 +224,22 @@ async def test_a_stream_relayed_as_is_goes_on_past_max_event_bytes(
         exchange = await proxy.request({"model": "m", "stream": True, **body}, path=path)
     assert exchange.outcome is not None and exchange.outcome.kind is OutcomeKind.COMPLETED
     assert exchange.body == Script.sse(lines).body
+
+
+def test_a_responses_stream_keeps_its_last_snapshot_at_about_its_size_on_the_wire() -> None:
+    """The last ``response`` snapshot, kept for a failure proxai may synthesize, is held as
+    the event's bytes: parsed, its many short fields took about three times that."""
+    response = {"id": "resp_1", "object": "response", "model": "m", "output": []}
+    response["metadata"] = {f"key_{i}": f"value {i}" for i in range(60)}
+    event = sse_event({"type": "response.created", "sequence_number": 0, "response": response})
+    make = OBSERVERS[RESPONSES]
+    timeouts, limits = TimeoutsConfig(), StreamLimits()
+
+    def observed() -> object:
+        observer = make(timeouts, limits)
+        observer.on_start(0.0)
+        observer.on_frames(frames_of([event]), 1.0)  # framed here: what it keeps counts
+        return observer
+
+    fresh = allocated_per_item(lambda: make(timeouts, limits))
+    assert allocated_per_item(observed) - fresh < 1.3 * len(event)

@@ -12,6 +12,8 @@ __all__ = ["ChatObserver", "synthesized_error"]
 class ChatObserver(TrackingObserver):
     """Watches one Chat Completions stream (see :mod:`.reader`); adds views for tests."""
 
+    __slots__ = ()
+
     reader: ChatReader
 
     def __init__(self, timeouts: TimeoutsConfig, limits: StreamLimits | None = None) -> None:

@@ -71,6 +71,21 @@ def chat_usage(usage: Mapping[str, Any]) -> Usage:
 class ChatReader:
     """Reads one Chat Completions stream for its observer; see the module docstring."""
 
+    __slots__ = (
+        "_finished_any",
+        "_guarded_call",
+        "_incomplete",
+        "_incomplete_unkept",
+        "_open",
+        "_open_of_choice",
+        "_tracker",
+        "_unfinished",
+        "_unfinished_overflow",
+        "_unkept",
+        "calls",
+        "texts",
+    )  # one reader per stream: no instance dict
+
     def __init__(self, tracker: TrackingObserver) -> None:
         self._tracker = tracker
         self._open = tracker.open_by_key  # the items open now (the observer's)

@@ -12,6 +12,8 @@ __all__ = ["MAX_USAGE_KEYS", "MessagesObserver", "synthesized_error"]
 class MessagesObserver(TrackingObserver):
     """Watches one Anthropic Messages stream (see :mod:`.reader`); adds a view for tests."""
 
+    __slots__ = ()
+
     reader: MessagesReader
 
     def __init__(self, timeouts: TimeoutsConfig, limits: StreamLimits | None = None) -> None:

@@ -67,6 +67,13 @@ def messages_usage(usage: Mapping[str, Any]) -> Usage:
 class MessagesReader:
     """Reads one Anthropic Messages stream for its observer; see the module docstring."""
 
+    __slots__ = (
+        "_open",
+        "_stop_reason",
+        "_tracker",
+        "blocks",
+    )  # one reader per stream: no instance dict
+
     def __init__(self, tracker: TrackingObserver) -> None:
         self._tracker = tracker
         self._open = tracker.open_by_key  # the items open now (the observer's)

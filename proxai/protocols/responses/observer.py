@@ -20,6 +20,8 @@ __all__ = ["GUARDED_ITEM_TYPES", "ResponsesObserver", "synthesized_error"]
 class ResponsesObserver(TrackingObserver):
     """Watches one Responses stream (see :mod:`.reader`); adds views for tests."""
 
+    __slots__ = ()
+
     reader: ResponsesReader
 
     def __init__(

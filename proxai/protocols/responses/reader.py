@@ -146,6 +146,18 @@ def responses_usage(usage: Mapping[str, Any]) -> Usage:
 class ResponsesReader:
     """Reads one Responses stream for its observer; see the module docstring."""
 
+    __slots__ = (
+        "_index_of_id",
+        "_last_sequence",
+        "_model",
+        "_open",
+        "_since_sequence",
+        "_snapshot",
+        "_tracker",
+        "items",
+        "texts",
+    )  # one reader per stream: no instance dict
+
     def __init__(self, tracker: TrackingObserver, model: str | None = None) -> None:
         """``model``, the one the client asked for, names it in a synthesized failure
         when the upstream sent no snapshot of its own."""
@@ -157,7 +169,8 @@ class ResponsesReader:
         self.items: dict[Hashable, TrackedItem] = {}
         self._index_of_id: dict[str, Hashable] = {}
         self.texts: dict[tuple[Hashable, int], Aggregate] = {}
-        self._snapshot: dict[str, Any] | None = None
+        #: The last lifecycle event's bytes (its ``response`` is the last snapshot).
+        self._snapshot: bytes | None = None
         self._last_sequence: int | None = None
         self._since_sequence = 0  # events after the last one that carried a sequence_number
 
@@ -182,7 +195,13 @@ class ResponsesReader:
         if delta is not None:
             self._apply_delta(delta)
         else:
-            self._apply(event_of(event_type, value))
+            event = event_of(event_type, value)
+            self._apply(event)
+            if isinstance(event, LifecycleEvent):
+                # The snapshot kept as the event's bytes, parsed again only if proxai
+                # ends the stream: a stream holds it for its life, and its parse is
+                # about three times its size.
+                self._snapshot = data
         return payload
 
     def _read_text_delta(self, data: bytes) -> object:
@@ -261,7 +280,7 @@ class ResponsesReader:
                         event.text,
                     )
             case LifecycleEvent():
-                self._snapshot = response = event.response
+                response = event.response
                 tracker.named(response.get("id"), response.get("model"))
                 kind = _TERMINAL_KINDS.get(event.type)
                 if kind is not None:
@@ -395,6 +414,12 @@ class ResponsesReader:
     def usage_of(self, usage: Mapping[str, Any]) -> Usage:
         return responses_usage(usage)
 
+    def _last_snapshot(self) -> dict[str, Any] | None:
+        if self._snapshot is None:
+            return None
+        response = orjson.loads(self._snapshot).get("response")  # parsed once already
+        return response if isinstance(response, dict) else None
+
     def closing(self, kind: OutcomeKind, message: str) -> Frames:
         if self._last_sequence is not None:
             sequence = self._last_sequence + self._since_sequence + 1
@@ -403,7 +428,7 @@ class ResponsesReader:
         return synthesized_error(
             message,
             sequence_number=sequence,
-            snapshot=self._snapshot,
+            snapshot=self._last_snapshot(),
             model=self._model,
             code=ending_code(kind),
         )

@@ -1,0 +1,200 @@
+"""What a held stream keeps in its relay's tasks (issue 34: RSS per held stream).
+
+A stream the upstream has gone quiet on is four suspended tasks. Each keeps every frame
+of its suspended stack and every local in them for as long as the stream lasts: its
+last read (as bytes, frames and messages) would stay alive with it, and each frame or
+async generator between a task and trio's wait is a few hundred bytes more. Read over
+proxai's own HTTP/1.1 transport (:class:`~proxai.testing.stepped.SteppedUpstream`).
+"""
+
+from __future__ import annotations
+
+import gc
+import types
+from collections.abc import Iterator
+from functools import partial
+
+import trio
+import trio.testing
+from trio.testing import MockClock
+
+from proxai.protocols.responses.request import ResponsesRequest
+from proxai.relay.messages import Body, Head, Out
+from proxai.service.pipeline import Body as RequestBody
+from proxai.testing import sse_event
+from proxai.testing.memory_proxy import MemoryProxy
+from proxai.testing.stepped import SteppedUpstream
+from proxai.wire.sse import SSEFrame
+
+BODY = {"model": "m", "input": "hi", "stream": True}
+RESPONSE = {"id": "resp_1", "object": "response", "model": "m", "output": []}
+ITEM = {"type": "message", "id": "msg_1", "role": "assistant", "content": []}
+#: The per-event bench's held stream: the Responses preamble, then nothing.
+PREAMBLE = [
+    {"type": "response.created", "sequence_number": 0, "response": RESPONSE},
+    {"type": "response.in_progress", "sequence_number": 1, "response": RESPONSE},
+    {"type": "response.output_item.added", "sequence_number": 2, "output_index": 0, "item": ITEM},
+    {
+        "type": "response.content_part.added",
+        "sequence_number": 3,
+        "output_index": 0,
+        "item_id": "msg_1",
+        "content_index": 0,
+        "part": {"type": "output_text", "text": ""},
+    },
+]
+#: A relay task's frames in proxai's code while it waits, at most.
+MOST_FRAMES = {
+    "Relay._read_upstream": 4,  # the task, read_body, the body's reads, the connection
+    "Relay._observe": 2,
+    "Writer.run": 2,
+    "Relay._watch_disconnect": 2,
+}
+
+
+def stack(coro: types.CoroutineType[object, object, object]) -> list[object]:
+    """A suspended task's stack, outermost first: each coroutine's and generator's frame,
+    then whatever it waits on that is neither (an async generator's ``asend``, say)."""
+    out: list[object] = []
+    awaited: object = coro
+    while awaited is not None:
+        if isinstance(awaited, types.CoroutineType):
+            out.append(awaited.cr_frame)
+            awaited = awaited.cr_await
+        elif isinstance(awaited, types.GeneratorType):
+            out.append(awaited.gi_frame)
+            awaited = awaited.gi_yieldfrom
+        else:
+            out.append(awaited)
+            break
+    return out
+
+
+def all_tasks(task: trio.lowlevel.Task) -> Iterator[trio.lowlevel.Task]:
+    yield task
+    for nursery in task.child_nurseries:
+        for child in nursery.child_tasks:
+            yield from all_tasks(child)
+
+
+def proxais(frames: list[object]) -> list[types.FrameType]:
+    return [
+        f
+        for f in frames
+        if isinstance(f, types.FrameType)
+        and "/proxai/" in f.f_code.co_filename
+        and "/proxai/testing/" not in f.f_code.co_filename
+    ]
+
+
+def held(value: object) -> bool:
+    """Whether ``value`` is (or holds) something of a read."""
+    if isinstance(value, Body | Out | Head | SSEFrame):
+        return True
+    if isinstance(value, bytes | bytearray | memoryview):
+        return len(value) > 0
+    if isinstance(value, RequestBody):
+        return bool(value.raw) or value.parsed is not None
+    if isinstance(value, list | tuple):
+        return any(held(v) for v in value)
+    return False
+
+
+async def relay_stacks() -> dict[str, list[object]]:
+    """The relay's four tasks' stacks, by the task's function, once the preamble is in and
+    every task waits."""
+    upstream = SteppedUpstream()
+    stacks: dict[str, list[object]] = {}
+    async with (
+        upstream.running(),
+        MemoryProxy([], transport_factory=upstream.transport) as proxy,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(partial(proxy.request, BODY, disconnect_after=100.0))
+        (exchange,) = await upstream.wait_for_exchanges(1)
+        assert await exchange.head()
+        for event in PREAMBLE:
+            assert await exchange.send(sse_event(event))
+        await trio.testing.wait_all_tasks_blocked()
+        for task in all_tasks(trio.lowlevel.current_root_task()):
+            name = task.coro.cr_code.co_qualname
+            if name in MOST_FRAMES or name == "MemoryProxy.request":
+                stacks[name] = stack(task.coro)
+        nursery.cancel_scope.cancel()
+    assert sorted(stacks) == sorted([*MOST_FRAMES, "MemoryProxy.request"])
+    return stacks
+
+
+async def test_a_held_streams_tasks_keep_nothing_of_its_reads(autojump_clock: MockClock) -> None:
+    """Every read was relayed: no frame of the relay's tasks holds its bytes, its frames or
+    a message made of them while the next read is awaited; and the request's own task
+    (the endpoint, the pipeline, the relay's nursery) no longer holds its body."""
+    for name, frames in (await relay_stacks()).items():
+        for frame in proxais(frames):
+            kept = {k for k, v in frame.f_locals.items() if held(v)}
+            assert not kept, f"{name}: {frame.f_code.co_qualname} holds {sorted(kept)}"
+
+
+async def test_a_held_stream_waits_a_few_frames_above_trio_with_no_async_generator(
+    autojump_clock: MockClock,
+) -> None:
+    """The upstream's body is read with no async generator between the relay and the
+    socket (each a suspended frame more, and one more registration with trio), and each
+    task takes its long wait near its top."""
+    for name, frames in (await relay_stacks()).items():
+        waits_on = frames[-1]
+        assert isinstance(waits_on, types.FrameType), f"{name} waits on {waits_on!r}"
+        assert waits_on.f_code.co_filename.endswith("trio/_core/_traps.py")
+        if name not in MOST_FRAMES:
+            continue
+        depth = [f.f_code.co_qualname for f in proxais(frames)]
+        assert len(depth) <= MOST_FRAMES[name], f"{name}: {depth}"
+
+
+SKIPPED = (type, types.ModuleType, trio.lowlevel.Task)
+
+
+def reachable(root: object, depth: int) -> Iterator[object]:
+    """What ``root`` refers to, ``depth`` references deep: past no module or class (they
+    lead to everything), a function's closure but not its globals, and no task (its
+    frames are the tests' above)."""
+    seen = {id(root)}
+    layer = [root]
+    for _ in range(depth):
+        following = []
+        for obj in layer:
+            if isinstance(obj, types.FunctionType):
+                refs: list[object] = list(obj.__closure__ or ())
+            else:
+                refs = gc.get_referents(obj)
+            for ref in refs:
+                if id(ref) in seen or isinstance(ref, SKIPPED):
+                    continue
+                seen.add(id(ref))
+                following.append(ref)
+                yield ref
+        layer = following
+
+
+async def test_a_held_stream_keeps_nothing_of_the_parsed_request(autojump_clock: MockClock) -> None:
+    """The projected request (its instructions, its tools) served routing and the plan; the
+    stream's observer needs its model alone. What the relay holds reaches no part of it."""
+    instructions = "be brief " * 2000
+    upstream = SteppedUpstream()
+    async with (
+        upstream.running(),
+        MemoryProxy([], transport_factory=upstream.transport) as proxy,
+        trio.open_nursery() as nursery,
+    ):
+        body = {**BODY, "instructions": instructions}
+        nursery.start_soon(partial(proxy.request, body, disconnect_after=100.0))
+        (exchange,) = await upstream.wait_for_exchanges(1)
+        assert await exchange.head()
+        assert await exchange.send(sse_event(PREAMBLE[0]))
+        await trio.testing.wait_all_tasks_blocked()
+        (relay,) = proxy.app._pipeline.relays
+        kept = [
+            r for r in reachable(relay, 8) if r is instructions or isinstance(r, ResponsesRequest)
+        ]
+        nursery.cancel_scope.cancel()
+    assert not kept
