@@ -8,6 +8,8 @@ measure the upstream's silence, never proxai's own waiting.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import trio
 
 from .messages import ToObserver
@@ -16,18 +18,34 @@ __all__ = ["UpstreamClock"]
 
 
 class UpstreamClock:
-    """Trio time minus the time the reader spent blocked on a full channel."""
+    """Trio time minus the time the reader spent blocked on a full channel.
 
-    def __init__(self) -> None:
+    ``time`` reads trio's time: the run's clock's own ``current_time`` (from
+    ``trio.lowlevel.current_clock()``) is two calls fewer per read than
+    ``trio.current_time``, and this clock is read once per event."""
+
+    __slots__ = ("_paused_since", "_paused_total", "_time")
+
+    def __init__(self, time: Callable[[], float] = trio.current_time) -> None:
+        self._time = time
         self._paused_total = 0.0
         self._paused_since: float | None = None
 
     def now(self) -> float:
-        wall = trio.current_time()
+        wall = self._time()
         paused = self._paused_total
         if self._paused_since is not None:
             paused += wall - self._paused_since
         return wall - paused
+
+    def trio_time(self, at: float) -> float:
+        """The trio time at which this clock reads ``at``, if the reader does not block
+        meanwhile (a deadline on this clock, for a trio scope). Unless the reader is
+        blocked now, this is the time paused so far added, with no clock read."""
+        if self._paused_since is None:
+            return at + self._paused_total
+        wall = self._time()
+        return wall + (at - self.now())
 
     async def send_paused(
         self, channel: trio.MemorySendChannel[ToObserver], message: ToObserver
@@ -39,9 +57,9 @@ class UpstreamClock:
             pass
         else:
             return
-        self._paused_since = trio.current_time()
+        self._paused_since = self._time()
         try:
             await channel.send(message)
         finally:
-            self._paused_total += trio.current_time() - self._paused_since
+            self._paused_total += self._time() - self._paused_since
             self._paused_since = None

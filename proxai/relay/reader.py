@@ -128,7 +128,12 @@ async def read_body(
                 elif decoder is None and framer.pending + len(data) <= max_event_bytes:
                     # The common read, inline: one undecoded read that cannot overflow.
                     frames = framer.feed(data)
-                    message = Body(b"".join([f.raw for f in frames]) if frames else b"", frames, at)
+                    if len(frames) == 1:  # the usual read: one whole event
+                        raw = frames[0].raw
+                    else:
+                        raw = b"".join([f.raw for f in frames]) if frames else b""
+                    message = Body(raw, frames, at)
+                    del raw
                     del frames
                     try:
                         channel.send_nowait(message)

@@ -43,7 +43,6 @@ from ..protocols.observer import (
     Verdict,
 )
 from ..protocols.tracking import AFTER_TERMINAL_GRACE
-from ..wire.sse import SSEFrame
 from . import ending
 from .attempts import Answer, AttemptHook, AttemptTrace, open_upstream
 from .clock import UpstreamClock
@@ -182,6 +181,7 @@ class Relay:
     async def run(self) -> Outcome:
         """Relay until the response is complete or the client is gone."""
         self._started = trio.current_time()
+        self._clock = UpstreamClock(trio.lowlevel.current_clock().current_time)
         self._total_deadline = self._started + self._timeouts.total
         up_send, up_recv = trio.open_memory_channel[ToObserver](READER_CHANNEL_SIZE)
         out_send, out_recv = trio.open_memory_channel[ToWriter](WRITER_CHANNEL_SIZE)
@@ -503,7 +503,9 @@ class Relay:
         deadline = self._total_deadline
         observer_deadline = self._observer.deadline()
         if observer_deadline != math.inf:
-            deadline = min(deadline, trio.current_time() + (observer_deadline - self._clock.now()))
+            observer_deadline = self._clock.trio_time(observer_deadline)
+            if observer_deadline < deadline:
+                deadline = observer_deadline
         if self._forwarding.client_ended:
             # The client's stream has ended (a Chat upstream's at its usage chunk): the
             # upstream has nothing left to say but its own end, as after a terminal event.
@@ -526,8 +528,16 @@ class Relay:
         """Count and feed a read's frames; if the observer fails on odd input, relay on
         without it. For a translator, the frames as the observer's reader read them."""
         frames = message.frames
-        if frames:
-            self._count(frames)
+        if frames:  # the events counted (a loop, not sum() of a generator: once per read)
+            events = 0
+            for frame in frames:
+                if frame.data is not None:
+                    events += 1
+            if events:
+                outcome = self.outcome
+                if outcome.first_event_s is None:
+                    outcome.first_event_s = self._elapsed()
+                outcome.events += events
         reads: list[Read] | None = [] if self._forwarding.wants_reads and frames else None
         try:
             self._observer.read_frames(frames, message.at, reads)
@@ -565,12 +575,3 @@ class Relay:
                 raise _WriterBlocked(OutcomeKind.TOTAL_TIMEOUT, data)
             if self._writer.writing_since == since:
                 raise _WriterBlocked(OutcomeKind.CLIENT_STALLED, data)
-
-    def _count(self, frames: Sequence[SSEFrame]) -> None:
-        events = 0
-        for frame in frames:  # a loop, not sum() of a generator: this runs once per read
-            if frame.data is not None:
-                events += 1
-        if events and self.outcome.first_event_s is None:
-            self.outcome.first_event_s = self._elapsed()
-        self.outcome.events += events

@@ -11,7 +11,7 @@ bytes that queued behind a slow send; and makes the response's last send.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Protocol
 
@@ -111,6 +111,7 @@ class Writer:
         "_outcome",
         "_response_headers",
         "_tap",
+        "_time",
         "delivered",
         "writing_since",
     )
@@ -131,6 +132,9 @@ class Writer:
         self._error_shape = error_shape
         self._response_headers = list(response_headers)
         self._tap = tap
+        #: Trio's time, read through the run's clock (set by :meth:`run`: once per send,
+        #: two calls fewer than ``trio.current_time``).
+        self._time: Callable[[], float] = trio.current_time
         #: When the current send began (None between sends): the observer task bounds
         #: a blocked send by ``client_write`` from here.
         self.writing_since: float | None = None
@@ -150,6 +154,7 @@ class Writer:
     ) -> None:
         """Write until the observer closes ``channel``, then cancel ``request_scope`` (the
         response is done, so the disconnect watcher can stop)."""
+        self._time = trio.lowlevel.current_clock().current_time
         async with channel:
             sends = self._downstream.sends
             if sends is None:
@@ -286,7 +291,7 @@ class Writer:
         if self._tap is not None:
             self._tap.client.add(data)
         # _sending(), inline: this runs once per relayed event.
-        self.writing_since = trio.current_time()
+        self.writing_since = self._time()
         try:
             await self._downstream.send_body(data, frames=chunk.frames)
         finally:
