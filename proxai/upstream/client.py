@@ -112,12 +112,18 @@ class Upstream(Protocol):
 
 @attrs.define
 class UpstreamResponse:
-    """Status and headers of an upstream response, and a way to read its body."""
+    """Status and headers of an upstream response, and a way to read its body.
+
+    It holds the transport's body stream, not httpx's ``Response``: a held stream keeps
+    this for its life, and the ``Response`` kept a second copy of the headers (httpx's,
+    three fields a header) and its own records."""
 
     status: int
     headers: Headers
-    _response: httpx.Response
+    _stream: httpx.AsyncByteStream | httpx.SyncByteStream
     method: str = "POST"  # the request's
+    _consumed: bool = False
+    _closed: bool = False
 
     def iter_events(self) -> None:
         """An HTTP body is bytes: the relay frames an event stream."""
@@ -129,21 +135,30 @@ class UpstreamResponse:
         The transport's stream read directly, not through ``Response.aiter_raw`` (a
         generator, a chunker and a byte count per read, once per event): what that
         does and proxai needs, it does here, marking the body read and closing the
-        response at its end, which gives the connection back to the pool."""
-        response = self._response
-        stream = response.stream
-        if response.is_stream_consumed:
+        stream at its end, which gives the connection back to the pool."""
+        stream = self._stream
+        if self._consumed:
             raise httpx.StreamConsumed()
         if not isinstance(stream, httpx.AsyncByteStream):
             raise TypeError("an upstream response with a sync stream")
-        response.is_stream_consumed = True
-        return _BodyReads(response, stream)
+        self._consumed = True
+        return _BodyReads(self, stream)
+
+    async def aclose(self) -> None:
+        """Close the body stream (once): its connection goes back to the pool when the
+        body was read to its end, and is closed otherwise."""
+        if not self._closed:
+            self._closed = True
+            stream = self._stream
+            if not isinstance(stream, httpx.AsyncByteStream):
+                raise RuntimeError("an upstream response with a sync stream")
+            await stream.aclose()
 
     @property
     def anomaly(self) -> str | None:
         """Once the body is read: what was wrong with its framing, if anything (the
         connection was then closed; see :mod:`proxai.upstream.framing`)."""
-        stream = self._response.stream
+        stream = self._stream
         if isinstance(stream, UpstreamBody) and stream.surplus:
             return surplus_anomaly(self.method, self.status, self.headers, stream.surplus)
         return None
@@ -157,7 +172,7 @@ class _BodyReads:
 
     __slots__ = ("_parts", "_receive", "_response")
 
-    def __init__(self, response: httpx.Response, stream: httpx.AsyncByteStream) -> None:
+    def __init__(self, response: UpstreamResponse, stream: httpx.AsyncByteStream) -> None:
         self._response = response
         self._receive = stream.receive if isinstance(stream, ReceivingBody) else None
         self._parts = None if self._receive is not None else stream.__aiter__()
@@ -570,18 +585,21 @@ class _Opening:
             body,
         )
         self._shard: int | None = None
-        self._response: httpx.Response | None = None
+        self._response: UpstreamResponse | None = None
 
     async def __aenter__(self) -> UpstreamResponse:
         args, self._args = self._args, None
         assert args is not None, "an upstream request is opened once"
         self._shard = self._client._take_shard()
         try:
-            response = self._response = await self._client._open(self._shard, *args)
+            response = await self._client._open(self._shard, *args)
         except BaseException:
             self._free()
             raise
-        return UpstreamResponse(response.status_code, list(response.headers.raw), response, args[0])
+        self._response = UpstreamResponse(
+            response.status_code, list(response.headers.raw), response.stream, args[0]
+        )
+        return self._response
 
     async def __aexit__(self, *exc_info: object) -> None:
         try:

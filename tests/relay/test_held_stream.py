@@ -14,6 +14,7 @@ import types
 from collections.abc import Iterator
 from functools import partial
 
+import httpx
 import trio
 import trio.testing
 from trio.testing import MockClock
@@ -195,6 +196,39 @@ async def test_a_held_stream_keeps_nothing_of_the_parsed_request(autojump_clock:
         (relay,) = proxy.app._pipeline.relays
         kept = [
             r for r in reachable(relay, 8) if r is instructions or isinstance(r, ResponsesRequest)
+        ]
+        nursery.cancel_scope.cancel()
+    assert not kept
+
+
+async def test_a_held_stream_keeps_the_upstreams_headers_once(autojump_clock: MockClock) -> None:
+    """The upstream's response is its status, its headers (one list) and its body stream:
+    httpx's ``Response``, with a second copy of the headers in httpx's own three fields
+    a header, is not kept for the stream's life."""
+    upstream = SteppedUpstream()
+    async with (
+        upstream.running(),
+        MemoryProxy([], transport_factory=upstream.transport) as proxy,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(partial(proxy.request, BODY, disconnect_after=100.0))
+        (exchange,) = await upstream.wait_for_exchanges(1)
+        assert await exchange.head()
+        assert await exchange.send(sse_event(PREAMBLE[0]))
+        await trio.testing.wait_all_tasks_blocked()
+        (relay,) = proxy.app._pipeline.relays
+        tasks = [t for t in all_tasks(trio.lowlevel.current_root_task())]
+        roots: list[object] = [relay]
+        for task in tasks:
+            if task.coro.cr_code.co_qualname in MOST_FRAMES:
+                for frame in stack(task.coro):
+                    if isinstance(frame, types.FrameType):
+                        roots += frame.f_locals.values()
+        kept = [
+            r
+            for root in roots
+            for r in reachable(root, 6)
+            if isinstance(r, httpx.Response | httpx.Headers)
         ]
         nursery.cancel_scope.cancel()
     assert not kept
