@@ -42,6 +42,7 @@ from ..protocols.observer import (
     StreamObserver,
     Verdict,
 )
+from ..protocols.table import UsageReader
 from ..protocols.tracking import AFTER_TERMINAL_GRACE
 from . import ending
 from .attempts import Answer, AttemptHook, AttemptTrace, open_upstream
@@ -99,6 +100,7 @@ class Relay:
 
     #: One per stream: no instance dict.
     __slots__ = (
+        "_can_abort",
         "_client_stalled",
         "_clock",
         "_downstream",
@@ -106,6 +108,8 @@ class Relay:
         "_filled",
         "_forwarded",
         "_forwarding",
+        "_max_event_bytes",
+        "_max_translated_body_bytes",
         "_observer",
         "_on_attempt",
         "_reader_scope",
@@ -118,6 +122,7 @@ class Relay:
         "_total_deadline",
         "_trace",
         "_unsent",
+        "_usage_reader",
         "_waiting_until",
         "_writer",
         "outcome",
@@ -133,7 +138,12 @@ class Relay:
         on_attempt: AttemptHook | None = None,
         trace: AttemptTrace | None = None,
     ) -> None:
-        self._exchange = exchange
+        #: Until its upstream answers: a held stream keeps neither the request's bodies (one
+        #: per upstream of its route) nor their targets, only the few limits it reads later.
+        self._exchange: Exchange | None = exchange
+        self._can_abort = exchange.can_abort
+        self._max_event_bytes = exchange.max_event_bytes
+        self._max_translated_body_bytes = exchange.max_translated_body_bytes
         self._trace = trace
         self._downstream = downstream
         self._tap = tap
@@ -160,8 +170,10 @@ class Relay:
         self._stopping = False
         #: The reader has handed the upstream's head on: the response has begun.
         self._sent_head = False
-        #: The upstream that answered (the last attempt's).
+        #: The upstream that answered (the last attempt's), until the observer task has
+        #: the head; then only its usage reader is kept.
         self._target: UpstreamTarget | None = None
+        self._usage_reader: UsageReader | None = None
         #: What the client gets of the upstream's body (its bytes, or their translation).
         self._forwarding: Forwarding = PassThrough()
         #: The client accepted nothing for too long: the writer holds the rest until it reads.
@@ -208,7 +220,7 @@ class Relay:
                 usage = self._forwarding.whole_usage
                 if usage is not None:
                     self.outcome.usage = cap_depth(usage, MAX_USAGE_DEPTH)[0]
-                    read = self._target.usage if self._target is not None else None
+                    read = self._usage_reader
                     self.outcome.tokens = read(usage) if read is not None else None
 
     def snapshot(self) -> StreamSnapshot:
@@ -269,14 +281,17 @@ class Relay:
         async with channel:
             try:
                 with self._reader_scope:
+                    exchange, self._exchange = self._exchange, None
+                    assert exchange is not None, "a relay runs once"
                     self._target, opened, answer = await open_upstream(
-                        self._exchange,
+                        exchange,
                         self.outcome,
                         started=self._started,
                         total_deadline=self._total_deadline,
                         on_attempt=self._on_attempt,
                         trace=self._trace,
                     )
+                    del exchange  # no retry after an answer: its bodies go
                     if isinstance(opened, ProxyError):
                         await send(channel, opened)
                     else:
@@ -288,7 +303,7 @@ class Relay:
                             clock=self._clock,
                             outcome=self.outcome,
                             tap=self._tap,
-                            max_event_bytes=self._exchange.max_event_bytes,
+                            max_event_bytes=self._max_event_bytes,
                         )
                 if self._stopping and self._reader_scope.cancelled_caught:
                     # Cancelled by stop(): report it as the stream's end, which the
@@ -328,8 +343,9 @@ class Relay:
             assert isinstance(head, Head)
             self.outcome.status = head.status
             self.outcome.streaming = head.sse
-            target = self._target
+            target, self._target = self._target, None
             assert target is not None
+            self._usage_reader = target.usage
             if head.sse:
                 self._observer = target.observer_factory(target.timeouts)
             usage_key = target.usage.key if target.usage is not None else None
@@ -338,7 +354,7 @@ class Relay:
                     target.translator(),
                     self.outcome,
                     self._observer,
-                    max_body_bytes=self._exchange.max_translated_body_bytes,
+                    max_body_bytes=self._max_translated_body_bytes,
                     let_go=self._reader_scope.cancel,
                     usage_key=usage_key,
                 )
@@ -371,7 +387,7 @@ class Relay:
                 status=status,
                 forwarded=forwarded,
                 finished=self._observer.finished,
-                can_abort=self._exchange.can_abort,
+                can_abort=self._can_abort,
                 whole=whole,
                 failed_in_band=forwarding.failed_in_band,
             )

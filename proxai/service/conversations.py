@@ -59,6 +59,12 @@ class StatePlan:
     #: What the request's record should say (a lookup the store did not answer).
     warnings: tuple[str, ...] = ()
 
+    def planned(self) -> StatePlan:
+        """This plan once its body is planned: what storing the response needs. A held
+        stream keeps it for its life; the body each upstream is sent is the exchange's,
+        and goes when the upstream answers."""
+        return attrs.evolve(self, body=b"")
+
 
 class Conversations:
     """The stored responses of one proxai (its ``[state]`` store)."""

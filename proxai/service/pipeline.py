@@ -183,6 +183,8 @@ class Pipeline:
             return
         exchange, state = planned
         del planned
+        if state is not None:
+            state = state.planned()
         if state is not None and self.conversations is not None:
             downstream = storing_downstream(self.conversations, state, downstream, outcome)
         on_attempt = self._metrics.attempt if self._metrics is not None else None
@@ -194,6 +196,7 @@ class Pipeline:
             on_attempt=on_attempt,
             trace=request.trace,
         )
+        del exchange  # the relay lets go of it once the upstream answers
         self.relays.add(relay)
         try:
             await relay.run()
