@@ -24,12 +24,16 @@ class UpstreamClock:
     ``trio.lowlevel.current_clock()``) is two calls fewer per read than
     ``trio.current_time``, and this clock is read once per event."""
 
-    __slots__ = ("_paused_since", "_paused_total", "_time")
+    __slots__ = ("_paused_since", "_paused_total", "_time", "queued")
 
     def __init__(self, time: Callable[[], float] = trio.current_time) -> None:
         self._time = time
         self._paused_total = 0.0
         self._paused_since: float | None = None
+        #: Messages the reader has handed the observer task that it has not taken yet
+        #: (the reader counts each in, the observer each out): it looks for a queued
+        #: one only when there is one.
+        self.queued = 0
 
     def now(self) -> float:
         wall = self._time()
@@ -56,6 +60,7 @@ class UpstreamClock:
         except trio.WouldBlock:
             pass
         else:
+            self.queued += 1
             return
         self._paused_since = self._time()
         try:
@@ -63,3 +68,4 @@ class UpstreamClock:
         finally:
             self._paused_total += self._time() - self._paused_since
             self._paused_since = None
+        self.queued += 1

@@ -139,6 +139,8 @@ async def read_body(
                         channel.send_nowait(message)
                     except trio.WouldBlock:
                         await send(channel, message)
+                    else:
+                        clock.queued += 1
                     del message
                 else:
                     pieces = decoder.feed(data) if decoder is not None else (data,)

@@ -331,6 +331,7 @@ class Relay:
         async with upstream, client:
             try:
                 head = await upstream.receive()
+                self._clock.queued -= 1
             except trio.EndOfChannel:
                 # The reader ended without a word: it raised, and its own error (in the
                 # nursery's group) says why. Nothing to add to it.
@@ -434,6 +435,7 @@ class Relay:
         it, for its life.
         """
         forwarding = self._forwarding
+        clock = self._clock
         resume: float | None = None  # the deadline of a wait a scope's early end cut
         message: ToObserver | None
         while True:
@@ -447,23 +449,29 @@ class Relay:
                     ended = forwarding.stopped()
                     if ended is not None:
                         break
-                    # A message already queued is taken without looking at the clock: it
-                    # arrived while proxai was busy downstream, so the upstream was not
-                    # silent. Otherwise the wait's deadline is the observer's, converted.
+                    # A read already queued is taken with no deadline: it arrived while
+                    # proxai was busy downstream, so the upstream was not silent. It is
+                    # looked for only when the reader has queued one (a failed take costs
+                    # more than the rest of this loop's own work); when the count is
+                    # behind, the wait takes it all the same, before a deadline already
+                    # passed can cancel it (trio cancels at its next scheduling round).
+                    # Otherwise the wait's deadline is the observer's, converted.
                     until = resume
                     resume = message = None
-                    if until is None:
+                    if until is None and clock.queued > 0:
                         try:
                             message = upstream.receive_nowait()
                         except trio.WouldBlock:
-                            until = self._wait_deadline()
+                            message = None  # the count was early: its read is on its way
                     if message is None:  # outside the handler, which would hold the error
-                        assert until is not None
+                        if until is None:
+                            until = self._wait_deadline()
                         if until < waits.deadline:
                             waits.deadline = until
                         self._waiting_until = until
                         message = await upstream.receive()
                         self._waiting_until = None
+                    clock.queued -= 1
                     if isinstance(message, Body):
                         reads = self._observe_frames(message)
                         ended = self._observer.over_limit
@@ -475,6 +483,7 @@ class Relay:
                             self._forwarded = True
                             try:  # _to_writer's first step, inline: this runs once per event
                                 client.send_nowait(chunk)
+                                self._writer.queued += 1
                             except trio.WouldBlock:
                                 self._unsent = chunk
                                 await self._to_writer(client, chunk)
@@ -536,6 +545,7 @@ class Relay:
                 message = upstream.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel):
                 return chunks
+            self._clock.queued -= 1
             if isinstance(message, Body):
                 reads = self._observe_frames(message)
                 chunks.append(self._forwarding.client_bytes(message, reads))
@@ -579,6 +589,7 @@ class Relay:
         except trio.WouldBlock:
             pass
         else:
+            self._writer.queued += 1
             return
         while True:
             since = self._writer.writing_since
@@ -586,6 +597,7 @@ class Relay:
                 since = trio.current_time()
             with trio.move_on_at(min(since + self._timeouts.client_write, self._total_deadline)):
                 await client.send(data)
+                self._writer.queued += 1
                 return
             if trio.current_time() >= self._total_deadline:
                 raise _WriterBlocked(OutcomeKind.TOTAL_TIMEOUT, data)

@@ -113,6 +113,7 @@ class Writer:
         "_tap",
         "_time",
         "delivered",
+        "queued",
         "writing_since",
     )
 
@@ -138,6 +139,10 @@ class Writer:
         #: When the current send began (None between sends): the observer task bounds
         #: a blocked send by ``client_write`` from here.
         self.writing_since: float | None = None
+        #: Body chunks the observer task has handed over that this task has not taken
+        #: (a moment below zero when it takes one before the count): it looks for more
+        #: to join to a send only when there are, not with a failed take once per event.
+        self.queued = 0
         #: How to end the body (:meth:`close_with`; read once the observer closed its channel).
         self._closing = Closing()
         #: Every body byte has been handed to the server: a disconnect after that is the
@@ -232,11 +237,12 @@ class Writer:
         keeps one send no larger than one upstream read can be, so ``client_write``,
         which bounds one send, means what it did."""
         assert not isinstance(message, (Head, ProxyError))
+        self.queued -= 1
         batch: list[Chunk] = [message]
         size = len(message.data)
         following: ToWriter | None = None
         ended = False
-        while size < JOIN_MAX_BYTES:
+        while size < JOIN_MAX_BYTES and self.queued > 0:
             try:
                 queued = channel.receive_nowait()
             except trio.WouldBlock:
@@ -246,8 +252,9 @@ class Writer:
                 break
             assert not isinstance(queued, (Head, ProxyError))
             if size + len(queued.data) > JOIN_MAX_BYTES:
-                following = queued  # the next send's
+                following = queued  # the next send's (counted off when it is sent)
                 break
+            self.queued -= 1
             batch.append(queued)
             size += len(queued.data)
         await self._send_body(batch[0] if len(batch) == 1 else merged(batch))

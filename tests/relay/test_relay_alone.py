@@ -24,7 +24,7 @@ from proxai.protocols.table import API_BY_WIRE
 from proxai.protocols.tracking import StreamLimits
 from proxai.relay.exchange import Exchange, ProxiedRequest, UpstreamTarget
 from proxai.relay.relay import Relay
-from proxai.testing import Script, Send, Stall
+from proxai.testing import Script, Send, Sleep, Stall
 from proxai.testing.memory import ScriptTransport
 from proxai.testing.seed import TURN1_EVENTS, TURN1_REQUEST, TURN2_EVENTS
 from proxai.testing.streams import data_frames
@@ -169,6 +169,35 @@ async def test_a_hand_over_interrupted_by_the_waits_deadline_is_made_again(
         downstream.reading.set()
     assert relay.outcome.kind is OutcomeKind.COMPLETED
     assert downstream.body == Script.sse(events).body and downstream.ended
+
+
+async def test_a_read_queued_while_the_observer_is_blocked_past_its_deadline_is_no_stall(
+    autojump_clock: MockClock,
+) -> None:
+    # Seven reads 0.1 s apart fill the client's side (the client stops reading after one:
+    # the writer holds the second, its channel four), so the observer task is blocked
+    # handing the seventh over when the upstream sends one more at t=20.6, which waits
+    # queued for it (the reader is not blocked: its clock runs). The client reads again
+    # at t=35, past idle (30 s) after the reads the observer had seen: the queued read,
+    # 14 s old, says the upstream was not silent, and the rest comes at t=45.6.
+    early = [*TURN2_EVENTS[:3], *[b": ping %d\n\n" % n for n in range(4)]]
+    rest = TURN2_EVENTS[3:]
+    steps = [
+        *Script.sse(early, delay=0.1).steps,
+        Sleep(20.0),
+        Send(b": ping queued\n\n"),
+        Sleep(25.0),
+        *Script.sse(rest).steps,
+    ]
+    downstream = FakeDownstream(stop_reading_after=1)
+    relay = Relay(exchange(Script(steps=tuple(steps))), downstream)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(relay.run)
+        await trio.sleep(35.0)
+        assert len(downstream.parts) == 1
+        downstream.reading.set()
+    assert relay.outcome.kind is OutcomeKind.COMPLETED, relay.outcome.detail
+    assert downstream.body == b"".join(s.data for s in steps if isinstance(s, Send))
 
 
 async def test_a_stall_mid_arguments_ends_with_the_protocols_error_after_the_upstreams_bytes(
