@@ -1774,6 +1774,52 @@ def issue34_targets(res: dict[str, Any]) -> list[str]:
     return [*out, ""]
 
 
+COUNT_NAMES = {
+    "proxai": "**proxai** (pass-through)",
+    "stock-relay": "stock relay (hypercorn + httpx transport)",
+    "shaped-relay": "shaped relay (four tasks, two channels, nothing else)",
+}
+
+
+def counts_section(res: dict[str, Any]) -> list[str]:
+    """Instructions per event and per stream (callgrind): what the CPU figures measure,
+    counted where the machine's load cannot move it."""
+    counts = res.get("counts")
+    if not counts:
+        return []
+    out = [
+        "## Counted, not timed: instructions per event",
+        "",
+        "The same paced Responses stream through each server running under "
+        "`valgrind --tool=callgrind` (`bench/sse_counts.py`): one keep-alive connection, "
+        f"{counts['streams']} streams of {counts['deltas']} and then of "
+        f"{2 * counts['deltas']} deltas, {counts['pause'] * 1000:.0f} ms apart (so every "
+        "event is its own read and its own send under callgrind's slowdown), each batch "
+        "counted in its own window; per event is the difference over the extra deltas, per "
+        "stream the rest. Every thread of the server process is counted (the trio "
+        "thread, hypercorn, the upstream read), none of the kernel's work. Counts do not "
+        "move with other work on the machine, so they check the CPU figures above, whose "
+        "absolute level the host sets; a window's count moves by a few per cent with where "
+        "the garbage collector runs, so each figure is the median of "
+        f"{len(counts['rows']) // max(len(counts['summary']), 1)} run(s), the targets "
+        "interleaved.",
+        "",
+        "| target | instructions per event | vs the stock relay | instructions per stream | "
+        "vs the stock relay |",
+        "|---|---|---|---|---|",
+    ]
+    for row in counts["summary"]:
+        out.append(
+            f"| {COUNT_NAMES.get(row['target'], row['target'])} | {n(row['per_event'])} | "
+            f"{row['per_event_vs_stock']:.2f}× | {n(row['per_stream'])} | "
+            f"{row['per_stream_vs_stock']:.2f}× |"
+        )
+    problems = [p for row in counts["summary"] for p in row["problems"]]
+    if problems:
+        out += ["", "Problems: " + "; ".join(sorted(set(problems)))]
+    return [*out, "", f"Command: {COMMAND.format('counts')}", ""]
+
+
 LIMITS_NAMES = {
     "none": "no `[limits]`",
     "memory": "`[limits]`, memory backend",
@@ -1920,6 +1966,7 @@ def write(res: dict[str, Any], out: Path | None = None) -> None:
     ]
     for section in (
         issue34_targets,
+        counts_section,
         issue16_targets,
         targets_section,
         perevent_section,

@@ -19,6 +19,9 @@ Runs, each repeated ``--reps`` times with targets interleaved and medians report
   against off, pass-through and translating (issue 26);
 - ``limits``: ``[limits]`` off, on the memory backend and on Redis: added TTFB, CPU per
   stream, Redis's CPU, and one admission call layer by layer (issues 24 and 34).
+- ``counts``: instructions per event and per stream under callgrind (``bench/sse_counts.py``)
+  for proxai, the stock relay and the shaped relay: counts, not times, which no other
+  work on the machine moves (issue 34).
 
 Every cell is watched for other work on the machine (``bench/contention.py``) and
 rerun, at most twice, if something else used more than 5 % of a core; docs/bench.md
@@ -55,6 +58,7 @@ from bench import (
     perevent,
     pyspy,
     scaling,
+    sse_counts,
     stall,
     state,
     telemetry,
@@ -75,6 +79,7 @@ BENCHES = [
     "state",
     "telemetry",
     "limits",
+    "counts",
 ]
 
 
@@ -103,6 +108,7 @@ def plan(reps: int, quick: bool) -> dict[str, Callable[[], dict[str, Any]]]:
             "state": state.quick,
             "telemetry": lambda: telemetry.run(1, (4,)),
             "limits": limits.quick,
+            "counts": lambda: sse_counts.run(1, 2),
         }
     return {
         "perevent": lambda: perevent.run(reps),
@@ -117,6 +123,7 @@ def plan(reps: int, quick: bool) -> dict[str, Callable[[], dict[str, Any]]]:
         "state": lambda: state.run(max(reps, 5)),
         "telemetry": lambda: telemetry.run(reps),
         "limits": lambda: limits.run(reps, 200, [1, 16]),
+        "counts": lambda: sse_counts.run(2, 6),
     }
 
 
@@ -132,6 +139,8 @@ def main() -> int:
     )
     args = parser.parse_args()
     tools = ["nginx", "wrk", "taskset", str(ROOT / ".venv" / "bin" / "py-spy")]
+    if "counts" in args.only:
+        tools += ["valgrind", "callgrind_control"]
     if {"state", "limits"} & set(args.only):
         tools.append("redis-server")
     if not have_tools(*tools):

@@ -21,10 +21,12 @@ import asyncio
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.common import RESULTS, ROOT, free_port, proxai, stop, wait_port, workdir
 from bench.perevent import TIMEOUTS, event_upstream
@@ -124,6 +126,39 @@ def measure(
         "per_event": (long - short) / (streams * deltas),
         "per_stream": (2 * short - long) / streams,
     }
+
+
+#: What the bench run (``bench.run_all``'s ``counts``) counts: proxai and the floors it is
+#: compared with (the h11 relay is left to the command line).
+RUN_TARGETS = ("proxai", "stock-relay", "shaped-relay")
+
+
+def run(reps: int = 2, streams: int = 6, deltas: int = 20, pause: float = 0.03) -> dict[str, Any]:
+    """``reps`` counts of each of :data:`RUN_TARGETS`, interleaved, and their medians with
+    proxai's ratios to the stock relay (``bench.run_all``'s ``counts``). A window's count
+    moves by a few per cent with where the garbage collector runs (``streams`` 6 keeps
+    that small), never with the machine's load."""
+    rows = [
+        measure(target, streams, deltas, pause) | {"rep": rep}
+        for rep in range(reps)
+        for target in RUN_TARGETS
+    ]
+    summary = []
+    for target in RUN_TARGETS:
+        mine = [r for r in rows if r["target"] == target]
+        summary.append(
+            {
+                "target": target,
+                "per_event": statistics.median(float(r["per_event"]) for r in mine),
+                "per_stream": statistics.median(float(r["per_stream"]) for r in mine),
+                "problems": sorted({p for r in mine for p in r["problems"]}),  # type: ignore[attr-defined]
+            }
+        )
+    stock = next(r for r in summary if r["target"] == "stock-relay")
+    for row in summary:
+        row["per_event_vs_stock"] = float(row["per_event"]) / float(stock["per_event"])
+        row["per_stream_vs_stock"] = float(row["per_stream"]) / float(stock["per_stream"])
+    return {"streams": streams, "deltas": deltas, "pause": pause, "rows": rows, "summary": summary}
 
 
 def main() -> int:
