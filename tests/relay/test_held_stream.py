@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import gc
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 
 import httpx
@@ -179,75 +179,18 @@ def reachable(root: object, depth: int) -> Iterator[object]:
         layer = following
 
 
-async def test_a_held_stream_keeps_nothing_of_the_parsed_request(autojump_clock: MockClock) -> None:
-    """The projected request (its instructions, its tools) served routing and the plan; the
-    stream's observer needs its model alone. What the relay holds reaches no part of it."""
-    instructions = "be brief " * 2000
+async def kept_by_a_held_stream(
+    body: dict[str, object], wanted: Callable[[object], bool], depth: int = 6
+) -> list[object]:
+    """What a held stream of ``body`` (its first event in, then silence) keeps that is
+    ``wanted``: what its relay reaches, and what the locals of proxai's frames in every
+    task reach, ``depth`` references deep."""
     upstream = SteppedUpstream()
     async with (
         upstream.running(),
         MemoryProxy([], transport_factory=upstream.transport) as proxy,
         trio.open_nursery() as nursery,
     ):
-        body = {**BODY, "instructions": instructions}
-        nursery.start_soon(partial(proxy.request, body, disconnect_after=100.0))
-        (exchange,) = await upstream.wait_for_exchanges(1)
-        assert await exchange.head()
-        assert await exchange.send(sse_event(PREAMBLE[0]))
-        await trio.testing.wait_all_tasks_blocked()
-        (relay,) = proxy.app._pipeline.relays
-        kept = [
-            r for r in reachable(relay, 8) if r is instructions or isinstance(r, ResponsesRequest)
-        ]
-        nursery.cancel_scope.cancel()
-    assert not kept
-
-
-async def test_a_held_stream_keeps_the_upstreams_headers_once(autojump_clock: MockClock) -> None:
-    """The upstream's response is its status, its headers (one list) and its body stream:
-    httpx's ``Response``, with a second copy of the headers in httpx's own three fields
-    a header, is not kept for the stream's life."""
-    upstream = SteppedUpstream()
-    async with (
-        upstream.running(),
-        MemoryProxy([], transport_factory=upstream.transport) as proxy,
-        trio.open_nursery() as nursery,
-    ):
-        nursery.start_soon(partial(proxy.request, BODY, disconnect_after=100.0))
-        (exchange,) = await upstream.wait_for_exchanges(1)
-        assert await exchange.head()
-        assert await exchange.send(sse_event(PREAMBLE[0]))
-        await trio.testing.wait_all_tasks_blocked()
-        (relay,) = proxy.app._pipeline.relays
-        tasks = [t for t in all_tasks(trio.lowlevel.current_root_task())]
-        roots: list[object] = [relay]
-        for task in tasks:
-            if task.coro.cr_code.co_qualname in MOST_FRAMES:
-                for frame in stack(task.coro):
-                    if isinstance(frame, types.FrameType):
-                        roots += frame.f_locals.values()
-        kept = [
-            r
-            for root in roots
-            for r in reachable(root, 6)
-            if isinstance(r, httpx.Response | httpx.Headers)
-        ]
-        nursery.cancel_scope.cancel()
-    assert not kept
-
-
-async def test_a_held_stream_keeps_no_body_it_sent_upstream(autojump_clock: MockClock) -> None:
-    """Once the upstream has answered there is no retry, so a held stream keeps none of
-    the bodies its route's upstreams would have been sent (an agent's request carries
-    its whole history: 100 KB and more), in the relay or in any frame of any task."""
-    marker = b"remember this " * 500
-    upstream = SteppedUpstream()
-    async with (
-        upstream.running(),
-        MemoryProxy([], transport_factory=upstream.transport) as proxy,
-        trio.open_nursery() as nursery,
-    ):
-        body = {**BODY, "instructions": marker.decode()}
         nursery.start_soon(partial(proxy.request, body, disconnect_after=100.0))
         (exchange,) = await upstream.wait_for_exchanges(1)
         assert await exchange.head()
@@ -258,11 +201,37 @@ async def test_a_held_stream_keeps_no_body_it_sent_upstream(autojump_clock: Mock
         for task in all_tasks(trio.lowlevel.current_root_task()):
             for frame in proxais(stack(task.coro)):
                 roots += frame.f_locals.values()
-        kept = [
-            r
-            for root in roots
-            for r in (root, *reachable(root, 6))
-            if isinstance(r, bytes | bytearray) and marker[:200] in r
-        ]
+        kept = [r for root in roots for r in (root, *reachable(root, depth)) if wanted(r)]
         nursery.cancel_scope.cancel()
-    assert not kept
+    return kept
+
+
+async def test_a_held_stream_keeps_nothing_of_the_parsed_request(autojump_clock: MockClock) -> None:
+    """The projected request (its instructions, its tools) served routing and the plan; the
+    stream's observer needs its model alone. What the held stream holds reaches no part
+    of it."""
+    instructions = "be brief " * 2000
+    body = {**BODY, "instructions": instructions}
+    assert not await kept_by_a_held_stream(
+        body, lambda r: r is instructions or isinstance(r, ResponsesRequest), depth=8
+    )
+
+
+async def test_a_held_stream_keeps_the_upstreams_headers_once(autojump_clock: MockClock) -> None:
+    """The upstream's response is its status, its headers (one list) and its body stream:
+    httpx's ``Response``, with a second copy of the headers in httpx's own three fields
+    a header, is not kept for the stream's life."""
+    assert not await kept_by_a_held_stream(
+        BODY, lambda r: isinstance(r, httpx.Response | httpx.Headers)
+    )
+
+
+async def test_a_held_stream_keeps_no_body_it_sent_upstream(autojump_clock: MockClock) -> None:
+    """Once the upstream has answered there is no retry, so a held stream keeps none of
+    the bodies its route's upstreams would have been sent (an agent's request carries
+    its whole history: 100 KB and more), in the relay or in any frame of any task."""
+    marker = b"remember this " * 500
+    body = {**BODY, "instructions": marker.decode()}
+    assert not await kept_by_a_held_stream(
+        body, lambda r: isinstance(r, bytes | bytearray) and marker[:200] in r
+    )
