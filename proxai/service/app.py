@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -229,13 +229,20 @@ class ProxaiApp:
         """End the drain now (a second SIGINT/SIGTERM): open streams get their error."""
         self._gate.hurry()
 
-    async def __call__(self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
-        if scope["type"] == "http":
-            await self._http.serve(scope, receive, send)
-        elif scope["type"] == "websocket":
-            await self._sockets.serve(scope, receive, send)
-        elif scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
+    def __call__(
+        self, scope: dict[str, Any], receive: ASGIReceive, send: ASGISend
+    ) -> Awaitable[None]:
+        """The ASGI app. It returns its scope's handler's coroutine rather than awaiting
+        it, so that no frame of this dispatch stays under a stream for its life (the
+        server is told the app is ASGI, and awaits what this returns)."""
+        kind = scope["type"]
+        if kind == "http":
+            return self._http.serve(scope, receive, send)
+        if kind == "websocket":
+            return self._sockets.serve(scope, receive, send)
+        if kind == "lifespan":
+            return self._lifespan(receive, send)
+        return _ignored()
 
     # -- lifespan ------------------------------------------------------------------------
 
@@ -309,3 +316,7 @@ class ProxaiApp:
         if path == "/readyz" and not self.ready:
             return "draining"
         return "ok"
+
+
+async def _ignored() -> None:
+    """A scope of a type proxai does not serve: nothing to do."""
