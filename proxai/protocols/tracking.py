@@ -30,7 +30,6 @@ instead).
 from __future__ import annotations
 
 import heapq
-import itertools
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -210,11 +209,13 @@ class TrackingObserver(StreamObserver):
         self._limits = limits or StreamLimits()
         #: The items open now, by their reader's keys (readers look; the observer changes it).
         self.open_by_key: dict[Hashable, TrackedItem] = {}
+        # The lists below are made when first needed (None until then): a held stream
+        # keeps its observer for its life, and most streams never fill them.
         #: Guarded items by their progress when queued (lazily fixed: see _earliest_guarded).
-        self._guarded: list[tuple[float, int, TrackedItem]] = []
-        self._queued = itertools.count()
+        self._guarded: list[tuple[float, int, TrackedItem]] | None = None
+        self._queued = 0  # entries queued so far: each entry's tie-breaker
         #: The first MAX_LISTED guarded items opened, in order, and how many more were.
-        self._calls: list[TrackedItem] = []
+        self._calls: list[TrackedItem] | None = None
         self._calls_more = 0
         self._last_activity = 0.0
         self._events = 0
@@ -222,10 +223,10 @@ class TrackingObserver(StreamObserver):
         self._terminal_detail: str | None = None
         self._terminal_closing: Sequence[SSEFrame] = ()
         self._stalled: TrackedItem | None = None
-        self._anomalies: list[str] = []
+        self._anomalies: list[str] | None = None
         self._anomalies_dropped = 0
         self._comparisons = 0
-        self._mismatches: list[str] = []
+        self._mismatches: list[str] | None = None
         self._mismatches_dropped = 0
         self._kept = 0  # bytes kept for the end-of-stream checks (text, records)
         self._kept_records = 0  # of which item records, ITEM_BYTES each
@@ -240,7 +241,7 @@ class TrackingObserver(StreamObserver):
         #: and why it stopped: for the outcome record, never their content.
         self.response_id: str | None = None
         self.response_model: str | None = None
-        self.finish_reasons: list[str] = []
+        self.finish_reasons: list[str] | None = None
         #: This stream's reader, its API's (built last: it may look at the observer).
         self.reader = reader(self)
         self._read = self.reader.read
@@ -257,6 +258,8 @@ class TrackingObserver(StreamObserver):
 
     def stopped_because(self, reason: str) -> None:
         """A generation's finish reason (one per choice; the first MAX_LISTED kept)."""
+        if self.finish_reasons is None:
+            self.finish_reasons = []
         if len(self.finish_reasons) < MAX_LISTED:
             self.finish_reasons.append(cut_name(reason))
 
@@ -275,6 +278,8 @@ class TrackingObserver(StreamObserver):
         self.open_by_key[item.key] = item
         if item.guarded:
             self._queue(item)
+            if self._calls is None:
+                self._calls = []
             if len(self._calls) < MAX_LISTED:
                 self._calls.append(item)
             else:
@@ -370,6 +375,8 @@ class TrackingObserver(StreamObserver):
             return
         self._comparisons += 1
         if not aggregate.matches(expected):
+            if self._mismatches is None:
+                self._mismatches = []
             if len(self._mismatches) < MAX_ANOMALIES:
                 self._mismatches.append(what)
             else:
@@ -379,7 +386,10 @@ class TrackingObserver(StreamObserver):
 
     def _queue(self, item: TrackedItem) -> None:
         item.queued_at = item.last_progress
-        heapq.heappush(self._guarded, (item.last_progress, next(self._queued), item))
+        if self._guarded is None:
+            self._guarded = []
+        self._queued += 1
+        heapq.heappush(self._guarded, (item.last_progress, self._queued, item))
 
     def _earliest_guarded(self) -> TrackedItem | None:
         """The guarded open item that progressed least recently. An item's entry is
@@ -394,7 +404,8 @@ class TrackingObserver(StreamObserver):
                 item.queued_at = None
             elif item.last_progress != queued_at:
                 item.queued_at = item.last_progress
-                heapq.heapreplace(heap, (item.last_progress, next(self._queued), item))
+                self._queued += 1
+                heapq.heapreplace(heap, (item.last_progress, self._queued, item))
             else:
                 return item
         return None
@@ -450,6 +461,8 @@ class TrackingObserver(StreamObserver):
 
     def note(self, anomaly: str) -> None:
         """Record odd upstream input (forwarded all the same), up to MAX_ANOMALIES."""
+        if self._anomalies is None:
+            self._anomalies = []
         if len(self._anomalies) < MAX_ANOMALIES:
             self._anomalies.append(anomaly)
         else:
@@ -540,14 +553,14 @@ class TrackingObserver(StreamObserver):
         outcome.tokens = None if self.usage is None else self.reader.usage_of(self.usage)
         outcome.response_id = self.response_id
         outcome.response_model = self.response_model
-        outcome.finish_reasons = listed(self.finish_reasons)
-        outcome.calls = [item.summary() for item in self._calls]
+        outcome.finish_reasons = listed(self.finish_reasons or ())
+        outcome.calls = [item.summary() for item in self._calls or ()]
         outcome.calls_more = self._calls_more
         outcome.aggregates_match = None if not self._comparisons else not self._mismatches
-        outcome.anomalies.extend(self._anomalies)
+        outcome.anomalies.extend(self._anomalies or ())
         if self._anomalies_dropped:
             outcome.anomalies.append(f"... and {self._anomalies_dropped} more anomalies")
-        outcome.anomalies.extend(f"aggregate differs: {m}" for m in self._mismatches)
+        outcome.anomalies.extend(f"aggregate differs: {m}" for m in self._mismatches or ())
         if self._mismatches_dropped:
             outcome.anomalies.append(f"... and {self._mismatches_dropped} more aggregates differ")
         if usage_capped:

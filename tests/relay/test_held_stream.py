@@ -20,6 +20,7 @@ import trio.testing
 from trio.testing import MockClock
 
 from proxai.protocols.responses.request import ResponsesRequest
+from proxai.protocols.tracking import TrackingObserver
 from proxai.relay.messages import Body, Head, Out
 from proxai.service.pipeline import Body as RequestBody
 from proxai.testing import sse_event
@@ -239,3 +240,21 @@ async def test_a_held_stream_keeps_no_body_it_sent_upstream(autojump_clock: Mock
     assert not await kept_by_a_held_stream(
         body, lambda r: isinstance(r, bytes | bytearray) and marker[:200] in r
     )
+
+
+async def test_a_held_streams_observer_holds_no_empty_list(autojump_clock: MockClock) -> None:
+    """A held stream keeps its observer for its life, and most streams never note an
+    anomaly, a call or a mismatch: the observer makes those lists when it first needs
+    them (an empty list is 56 bytes)."""
+    observers = await kept_by_a_held_stream(
+        BODY, lambda r: isinstance(r, TrackingObserver), depth=3
+    )
+    assert observers, "no observer found"
+    for observer in observers:
+        assert isinstance(observer, TrackingObserver)
+        kept = [
+            name
+            for name in TrackingObserver.__slots__
+            if isinstance(getattr(observer, name, None), list) and not getattr(observer, name)
+        ]
+        assert not kept, kept
