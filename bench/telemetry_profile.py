@@ -32,6 +32,7 @@ import argparse
 import cProfile
 import importlib
 import marshal
+import math
 import os
 import pstats
 import re
@@ -46,7 +47,7 @@ from typing import Any
 import trio
 
 from bench.streams import Variant, request_body, responses_events, variant_of
-from bench.telemetry import sink, telemetry_tables, traced_request
+from bench.telemetry import sink, spans_received, telemetry_tables, traced_request
 
 _Key = tuple[str, int, str]
 _Stats = dict[_Key, tuple[int, int, float, float, Any]]
@@ -98,7 +99,10 @@ def _profile_threads(profiles: list[cProfile.Profile]) -> None:
 def child(mode: str, requests: int, deltas: int, endpoint: str | None, out: str) -> None:
     """One run, in this (fresh) process: ``mode`` is ``cprofile`` or ``plain``."""
     # Imports are no request's cost: done before the profiler starts.
-    importlib.import_module("proxai.service.app")
+    app: Any = importlib.import_module("proxai.service.app")
+    # The lifespan's flush waits for every span: bounded (5 s), it was cut short under
+    # callgrind, and how many spans were encoded depended on the machine's speed.
+    app.TELEMETRY_FLUSH_SECONDS = math.inf
     if endpoint is not None:
         importlib.import_module("proxai.ops.telemetry")
     if mode == "plain":
@@ -300,14 +304,18 @@ def _instructions(argv: list[str], out: str) -> int:
 
 
 def callgrind_report(requests: int, deltas: int) -> None:
-    with tempfile.TemporaryDirectory() as tmp, sink() as endpoint:
+    with tempfile.TemporaryDirectory() as tmp, sink(count_spans=True) as endpoint:
         per: dict[str, float] = {}
         for side in ("off", "on"):
             counts = []
             for n in (requests, 2 * requests):
                 argv = ["--child", "plain", "--requests", str(n), "--deltas", str(deltas)]
                 argv += ["--endpoint", endpoint] if side == "on" else []
+                before = spans_received()
                 counts.append(_instructions(argv, str(Path(tmp) / f"{side}-{n}.out")))
+                if side == "on":  # every request's two spans encoded and sent
+                    got = spans_received() - before
+                    assert got == 2 * n, f"{got} spans exported of {2 * n}"
             per[side] = (counts[1] - counts[0]) / requests
     print(f"instructions per request ({deltas} deltas, callgrind, whole process):")
     for side in ("off", "on"):
