@@ -237,12 +237,14 @@ def proxai(
     protocol: str | None = None,
     argv_prefix: Sequence[str] = (),
     extra: Sequence[str] = (),
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """``proxai serve --config FILE`` in front of 127.0.0.1:upstream (``protocol``: the
     upstream's ``[upstream] protocol``; ``argv_prefix`` replaces the ``proxai`` script,
     e.g. by a launcher that runs it under tracemalloc; ``extra``: more TOML lines, such
-    as a ``[telemetry]`` table). Without ``.venv/bin/proxai`` (a git worktree sharing
-    another checkout's venv), this checkout's ``python -m proxai`` runs."""
+    as a ``[telemetry]`` table; ``env``: more environment variables). Without
+    ``.venv/bin/proxai`` (a git worktree sharing another checkout's venv), this
+    checkout's ``python -m proxai`` runs."""
     lines = [
         "[server]",
         'host = "127.0.0.1"',
@@ -266,7 +268,11 @@ def proxai(
     if workers is not None:
         argv += ["--workers", str(workers)]
     return subprocess.Popen(
-        taskset(cores, argv), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        taskset(cores, argv),
+        cwd=ROOT,
+        env={**os.environ, **env} if env else None,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 

@@ -1,6 +1,7 @@
 """Instructions per relayed event through the real server, counted (not timed).
 
     .venv/bin/python -m bench.sse_counts [--streams 3] [--deltas 20] [--pause 0.03]
+    .venv/bin/python -m bench.sse_counts --targets proxai proxai-otel --streams 6
 
 ``proxai serve`` runs under ``valgrind --tool=callgrind`` (instrumentation switched on
 after start-up) in front of the per-event bench's upstream (``bench/event_upstream.py``).
@@ -12,6 +13,15 @@ read). The pause is long (30 ms) because callgrind slows the server fifty-fold: 
 event must still be its own read and its own send, as on an LLM upstream. Instruction
 counts do not move with the machine's load, so a lever can be weighed on a busy machine
 where the CPU benches cannot; ``bench.perevent`` on a quiet one gives the time.
+
+``proxai-otel`` is proxai with ``[telemetry]`` on, every trace sampled, exporting to a
+sink in this process (``bench.telemetry.sink``), so the exporter thread's encoding and
+POSTs are in the counts (issue 34's telemetry target: on against ``proxai``, per
+stream). No export runs on a timer: the batch processor sends one POST when a window's
+``2 * streams`` spans are queued, and each window is dumped only once the sink has them
+all, so every window counts its streams' spans and one POST (an upper bound of the
+POST's share: a full batch carries 512 spans). The metrics are exported at shutdown
+only, out of the windows (one export a minute is no stream's).
 """
 
 from __future__ import annotations
@@ -29,8 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS, ROOT, free_port, proxai, stop, wait_port, workdir
-from bench.perevent import TIMEOUTS, event_upstream
+from bench.perevent import TIMEOUTS, event_upstream, telemetry_table
 from bench.streams import Variant
+from bench.telemetry import sink, spans_received
 from bench.websocket import Lane
 
 _TOTALS = re.compile(rb"^(?:totals|summary):\s*(\d+)", re.MULTILINE)
@@ -58,15 +69,37 @@ def dumped(out: Path, before: set[Path], keep: Path | None) -> int:
 
 #: the floor apps (``bench/floor_apps.py``) a target name runs, in this process's way
 FLOORS = {"stock-relay": "transport", "h11-relay": "h11relay", "shaped-relay": "shaped"}
+#: proxai with ``[telemetry]`` on, every trace sampled (see the module's docstring)
+OTEL = "proxai-otel"
 
 
-def server(target: str, wd: Path, out: Path, upstream: int) -> tuple[subprocess.Popen[bytes], int]:
-    """``target`` under callgrind, serving on a free port: (process, port)."""
+def _otel_env(streams: int) -> dict[str, str]:
+    """Exports of a whole window's spans, none on a timer."""
+    return {
+        "OTEL_BSP_SCHEDULE_DELAY": "3600000",
+        "OTEL_METRIC_EXPORT_INTERVAL": "3600000",
+        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": str(2 * streams),
+    }
+
+
+def server(
+    target: str, wd: Path, out: Path, upstream: int, otel: tuple[str, int] | None = None
+) -> tuple[subprocess.Popen[bytes], int]:
+    """``target`` under callgrind, serving on a free port: (process, port); ``otel``: the
+    sink's endpoint and the streams of a window, for ``proxai-otel``."""
     valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
     port = free_port()
-    if target == "proxai":
+    if target in ("proxai", OTEL):
         prefix = [*valgrind, sys.executable, "-m", "proxai"]
-        return proxai(wd, port, upstream, timeouts=TIMEOUTS, argv_prefix=prefix), port
+        extra: list[str] = []
+        env = None
+        if target == OTEL:
+            assert otel is not None
+            extra, env = telemetry_table(otel[0]), _otel_env(otel[1])
+        process = proxai(
+            wd, port, upstream, timeouts=TIMEOUTS, argv_prefix=prefix, extra=extra, env=env
+        )
+        return process, port
     serve = f"from bench.cprofiled import serve_floor; serve_floor({FLOORS[target]!r}, {port})"
     env = {**os.environ, "FLOOR_UPSTREAM": f"http://127.0.0.1:{upstream}"}
     process = subprocess.Popen(
@@ -79,6 +112,19 @@ def server(target: str, wd: Path, out: Path, upstream: int) -> tuple[subprocess.
     return process, port
 
 
+#: How long the sink may take to get a window's spans (callgrind is ~50 times slower).
+_EXPORT_WAIT = 300.0
+
+
+async def _spans_reach(count: int) -> None:
+    """Wait until the sink has decoded ``count`` spans in all."""
+    deadline = time.monotonic() + _EXPORT_WAIT
+    while spans_received() < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the sink has {spans_received()} spans of {count}")
+        await asyncio.sleep(0.05)
+
+
 def measure(
     target: str, streams: int, deltas: int, pause: float, keep: Path | None = None
 ) -> dict[str, object]:
@@ -86,10 +132,11 @@ def measure(
     RESULTS.mkdir(exist_ok=True)
     upstream_process, upstream = event_upstream()
     totals: list[int] = []
+    traced = target == OTEL
     try:
-        with workdir() as wd:
+        with workdir() as wd, sink(count_spans=True) as endpoint:
             out = wd / "callgrind.out"
-            process, port = server(target, wd, out, upstream)
+            process, port = server(target, wd, out, upstream, (endpoint, streams))
             pid = str(process.pid)
             try:
                 wait_port(port, timeout=300)
@@ -97,13 +144,21 @@ def measure(
 
                 async def run() -> list[str]:
                     lane = Lane("sse", port)
+                    expected = spans_received()
                     async with lane:
-                        for _ in range(2):  # warm up
+                        # Warm up (with telemetry: one window's worth, one export).
+                        for _ in range(streams if traced else 2):
                             await lane.run(Variant(2, pause))
+                        if traced:
+                            expected += 2 * streams
+                            await _spans_reach(expected)
                         for n in (deltas, 2 * deltas):
                             control("-z", pid)
                             for _ in range(streams):
                                 await lane.run(Variant(n, pause))
+                            if traced:  # the window's spans encoded and sent
+                                expected += 2 * streams
+                                await _spans_reach(expected)
                             before = set(wd.glob("callgrind.out*"))
                             control("-d", pid)
                             totals.append(dumped(out, before, keep and keep / target))
@@ -169,7 +224,7 @@ def main() -> int:
     parser.add_argument("--deltas", type=int, default=20)
     parser.add_argument("--pause", type=float, default=0.03)
     parser.add_argument(
-        "--targets", nargs="*", default=["proxai", *FLOORS], choices=["proxai", *FLOORS]
+        "--targets", nargs="*", default=["proxai", *FLOORS], choices=["proxai", OTEL, *FLOORS]
     )
     parser.add_argument("--keep", type=Path, default=None, help="copy the dumps into DIR/TARGET")
     args = parser.parse_args()
@@ -178,6 +233,19 @@ def main() -> int:
         print(
             f"{result['target']:14} {result['per_event']:>12,.0f} instructions per event"
             f" {result['per_stream']:>14,.0f} per stream  {result['problems'] or ''}"
+        )
+    by_name = {str(r["target"]): r for r in results}
+    if "proxai" in by_name and OTEL in by_name:
+        off, on = (float(str(by_name[t]["per_stream"])) for t in ("proxai", OTEL))
+        print(f"[telemetry] on: {on - off:+,.0f} instructions per stream ({on / off - 1:+.1%})")
+        # The whole stream of ``deltas`` events too: per_stream is the difference of two
+        # windows, into which a per-event count's noise goes twenty-fold.
+        off, on = (
+            int(str(by_name[t]["instructions_short"])) / args.streams for t in ("proxai", OTEL)
+        )
+        print(
+            f"[telemetry] on: {on - off:+,.0f} instructions per {args.deltas}-delta stream"
+            f" of {off:,.0f} ({on / off - 1:+.1%})"
         )
     (RESULTS / "sse_counts.json").write_text(json.dumps(results, indent=2) + "\n")
     return 0

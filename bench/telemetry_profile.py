@@ -4,6 +4,7 @@ against off, that do not depend on the machine's load (issue 34 item 3).
     .venv/bin/python -m bench.telemetry_profile [--requests 200] [--deltas 20] [--top 30]
     .venv/bin/python -m bench.telemetry_profile --steps [--requests 200]
     .venv/bin/python -m bench.telemetry_profile --callgrind [--requests 50]
+    .venv/bin/python -m bench.telemetry_profile --encoding
 
 Streaming Responses requests (``--deltas`` text deltas each, bench/streams.py's stream)
 go one after another through :class:`~proxai.testing.memory_proxy.MemoryProxy`, with
@@ -23,7 +24,10 @@ the figure, as at the bench's rates.
   attributes, the ends, the metrics, the exporter's encoding of its spans), counted in
   this process without a proxy around it;
 - ``--callgrind``: the whole process under ``valgrind --tool=callgrind``, instructions
-  per request (every thread).
+  per request (every thread);
+- ``--encoding``: instructions per request of encoding a full batch (512 spans, 256
+  requests' traces) to OTLP protobuf, by the SDK's encoder and by proxai's, under
+  callgrind (one and three encodings of the batch, the difference over two).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import argparse
 import cProfile
 import importlib
 import marshal
+import math
 import os
 import pstats
 import re
@@ -46,7 +51,7 @@ from typing import Any
 import trio
 
 from bench.streams import Variant, request_body, responses_events, variant_of
-from bench.telemetry import sink, telemetry_tables, traced_request
+from bench.telemetry import sink, spans_received, telemetry_tables, traced_request
 
 _Key = tuple[str, int, str]
 _Stats = dict[_Key, tuple[int, int, float, float, Any]]
@@ -98,7 +103,10 @@ def _profile_threads(profiles: list[cProfile.Profile]) -> None:
 def child(mode: str, requests: int, deltas: int, endpoint: str | None, out: str) -> None:
     """One run, in this (fresh) process: ``mode`` is ``cprofile`` or ``plain``."""
     # Imports are no request's cost: done before the profiler starts.
-    importlib.import_module("proxai.service.app")
+    app: Any = importlib.import_module("proxai.service.app")
+    # The lifespan's flush waits for every span: bounded (5 s), it was cut short under
+    # callgrind, and how many spans were encoded depended on the machine's speed.
+    app.TELEMETRY_FLUSH_SECONDS = math.inf
     if endpoint is not None:
         importlib.import_module("proxai.ops.telemetry")
     if mode == "plain":
@@ -254,9 +262,9 @@ def _count_steps(
     count: Callable[..., None],
     counted: Callable[[Any, str, str], None],
 ) -> None:
-    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-
     from proxai.ops import telemetry as module
+
+    encode = _encoder()
 
     ended: list[Any] = []
     processor: Any = getattr(telemetry, "_processor", None)  # absent before issue 34
@@ -282,10 +290,28 @@ def _count_steps(
     for _ in range(requests):
         one()
     step[0] = "spans encoded (exporter thread)"
-    encode_spans(ended).SerializePartialToString()
+    encode(ended)
     step[0] = None
     sys.setprofile(None)
     telemetry.shutdown()
+
+
+def _sdk_encoder(spans: list[Any]) -> bytes:
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    return bytes(encode_spans(spans).SerializePartialToString())
+
+
+def _encoder(*, sdk: bool = False) -> Callable[[list[Any]], bytes]:
+    """The exporter's encoding of a batch: proxai's own (issue 34), or the SDK's (before,
+    or when asked)."""
+    if sdk:
+        return _sdk_encoder
+    try:
+        from proxai.ops.otlp_spans import encode_spans
+    except ImportError:
+        return _sdk_encoder
+    return encode_spans
 
 
 def _instructions(argv: list[str], out: str) -> int:
@@ -300,20 +326,59 @@ def _instructions(argv: list[str], out: str) -> int:
 
 
 def callgrind_report(requests: int, deltas: int) -> None:
-    with tempfile.TemporaryDirectory() as tmp, sink() as endpoint:
+    with tempfile.TemporaryDirectory() as tmp, sink(count_spans=True) as endpoint:
         per: dict[str, float] = {}
         for side in ("off", "on"):
             counts = []
             for n in (requests, 2 * requests):
                 argv = ["--child", "plain", "--requests", str(n), "--deltas", str(deltas)]
                 argv += ["--endpoint", endpoint] if side == "on" else []
+                before = spans_received()
                 counts.append(_instructions(argv, str(Path(tmp) / f"{side}-{n}.out")))
+                if side == "on":  # every request's two spans encoded and sent
+                    got = spans_received() - before
+                    assert got == 2 * n, f"{got} spans exported of {2 * n}"
             per[side] = (counts[1] - counts[0]) / requests
     print(f"instructions per request ({deltas} deltas, callgrind, whole process):")
     for side in ("off", "on"):
         print(f"  {side}: {per[side]:.0f}")
     added = per["on"] - per["off"]
     print(f"  on - off: {added:.0f} ({added / per['off']:.1%} of off)")
+
+
+def _batch() -> list[Any]:
+    """A full batch of proxai's spans: 256 traced requests', as the processor gets them."""
+    from proxai.config_file import load_config
+    from proxai.ops.telemetry import Telemetry
+
+    config = load_config(None, overrides=telemetry_tables("http://127.0.0.1:9"))
+    telemetry = Telemetry(config, ["gpt-5.4"])
+    ended: list[Any] = []
+    processor: Any = telemetry._processor
+    processor.on_end = ended.append
+    for _ in range(256):
+        traced_request(telemetry, [(b"content-type", b"application/json")])
+    return ended
+
+
+def encode_child(which: str, times: int) -> None:
+    """Encode a full batch ``times`` times (after one warm-up) with ``which`` encoder."""
+    batch = _batch()
+    encode = _encoder(sdk=which == "sdk")
+    encode(batch)
+    for _ in range(times):
+        encode(batch)
+
+
+def encoding_report() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        print("instructions per request of encoding a full batch (512 spans, callgrind):")
+        for which in ("sdk", "proxai"):
+            counts = []
+            for times in (1, 3):
+                argv = ["--child", "encode", "--encoder", which, "--requests", str(times)]
+                counts.append(_instructions(argv, str(Path(tmp) / f"{which}-{times}.out")))
+            print(f"  {which}: {(counts[1] - counts[0]) / (2 * 256):.0f}")
 
 
 def main() -> int:
@@ -325,12 +390,20 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--callgrind", action="store_true")
     parser.add_argument("--steps", action="store_true", help="calls of each step, in process")
-    parser.add_argument("--child", choices=("cprofile", "plain"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--encoding", action="store_true", help="the encoder's instructions, SDK's and proxai's"
+    )
+    parser.add_argument("--child", choices=("cprofile", "plain", "encode"), help=argparse.SUPPRESS)
+    parser.add_argument("--encoder", choices=("sdk", "proxai"), help=argparse.SUPPRESS)
     parser.add_argument("--endpoint", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
+    if args.child == "encode":
+        encode_child(args.encoder, args.requests)
+    elif args.child:
         child(args.child, args.requests, args.deltas, args.endpoint, args.out or "")
+    elif args.encoding:
+        encoding_report()
     elif args.steps:
         steps_report(args.requests)
     elif args.callgrind:
