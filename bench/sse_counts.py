@@ -185,7 +185,7 @@ def measure(
 
 #: What the bench run (``bench.run_all``'s ``counts``) counts: proxai and the floors it is
 #: compared with (the h11 relay is left to the command line).
-RUN_TARGETS = ("proxai", "stock-relay", "shaped-relay")
+RUN_TARGETS = ("proxai", OTEL, "stock-relay", "shaped-relay")
 
 
 def run(reps: int = 2, streams: int = 6, deltas: int = 20, pause: float = 0.03) -> dict[str, Any]:
@@ -210,9 +210,15 @@ def run(reps: int = 2, streams: int = 6, deltas: int = 20, pause: float = 0.03) 
             }
         )
     stock = next(r for r in summary if r["target"] == "stock-relay")
+    plain = next(r for r in summary if r["target"] == "proxai")
     for row in summary:
         row["per_event_vs_stock"] = float(row["per_event"]) / float(stock["per_event"])
         row["per_stream_vs_stock"] = float(row["per_stream"]) / float(stock["per_stream"])
+        # A whole stream of 2 * deltas (the fixed part alone carries the per-event
+        # figure's noise twentyfold): what [telemetry] adds to one, against proxai's.
+        whole = float(row["per_stream"]) + 2 * deltas * float(row["per_event"])
+        base = float(plain["per_stream"]) + 2 * deltas * float(plain["per_event"])
+        row["stream_vs_proxai"] = whole / base
     return {"streams": streams, "deltas": deltas, "pause": pause, "rows": rows, "summary": summary}
 
 
