@@ -57,8 +57,9 @@ test-clients: $(STAMP)
 
 ## bench: the per-event regime (issue 16), the Responses WebSocket (issue 22), conversation state
 ## (issue 23), telemetry (issue 26), [limits] (issue 24) and issue 7's one-read benchmarks vs a direct
-## connection, nginx and the stack's floor, every cell watched for other work (issue 34),
-## then docs/bench.md and docs/bench.png (about 27 minutes; installs nginx, wrk and redis-server
+## connection, nginx and the stack's floor, every cell watched for other work, and the counted
+## instructions per event (issue 34), then docs/bench.md and docs/bench.png (about 36 minutes;
+## installs nginx, wrk, redis-server and valgrind
 ## from Debian, matplotlib and py-spy from the bench extra)
 $(VENV)/.bench-installed: pyproject.toml $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
@@ -82,8 +83,8 @@ $(PEERS)/node_modules/.installed: $(PEERS)/package.json $(PEERS)/package-lock.js
 bench-peers: $(PEERS)/.venv-litellm/.installed $(PEERS)/node_modules/.installed
 
 bench: $(VENV)/.bench-installed redis bench-peers
-	command -v nginx >/dev/null && command -v wrk >/dev/null || \
-		(apt-get update -qq && apt-get install -y -qq nginx wrk)
+	command -v nginx >/dev/null && command -v wrk >/dev/null && command -v valgrind >/dev/null || \
+		(apt-get update -qq && apt-get install -y -qq nginx wrk valgrind)
 	$(BIN)/python -m bench.run_all
 
 ## reliability-doc: regenerate docs/reliability.md from the fault matrix

@@ -1967,7 +1967,7 @@ def write(res: dict[str, Any], out: Path | None = None) -> None:
         "costs once per event; the **one-read** figures (a pre-rendered stream that "
         "reaches the proxy in one read, issue 7's bench) follow, labelled as such. "
         "Rerun everything with `make bench` (installs Debian's nginx and wrk if missing, "
-        "and `.[dev,bench]` with py-spy), about 27 minutes on an idle machine; or one part with "
+        "and `.[dev,bench]` with py-spy), about 36 minutes on an idle machine; or one part with "
         "`.venv/bin/python -m bench.run_all --only perevent` (the others keep their last "
         "results); raw results go to `bench/results/*.json` (not committed).",
         "",

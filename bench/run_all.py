@@ -33,7 +33,8 @@ benches and keeps the others' last results. ``--quick`` is a smoke test (short r
 each cell run once even if contended): nothing is rendered, or, with ``--render-to
 DIR``, bench.md and bench.png go into DIR (never docs/), from the quick results merged
 over the last ones (all.json, else each bench's own file). The whole run takes about
-27 minutes on an idle 2-core machine (``state`` about 8 of them, ``limits`` about 2);
+36 minutes on an idle 2-core machine (``state`` about 8 of them, ``counts`` about 9,
+``limits`` about 2);
 on a busy one contended cells run up to three times.
 The older paced-latency and memory benches (``bench/latency.py``, ``bench/memory.py``
 and the same parts of ``bench/floor.py``) still run on their own; the per-event bench

@@ -2,6 +2,14 @@
 
     .venv/bin/python -m bench.sse_counts [--streams 3] [--deltas 20] [--pause 0.03]
     .venv/bin/python -m bench.sse_counts --targets proxai proxai-otel --streams 6
+    .venv/bin/python -m bench.sse_counts --targets proxai --streams 6 --lane socket
+    .venv/bin/python -m bench.sse_counts --targets proxai --streams 6 --protocol openai_chat \
+        --store true
+
+``--lane socket`` runs the streams as turns of one Responses WebSocket (proxai only);
+``--protocol`` gives proxai's upstream that ``[upstream] protocol`` (``openai_chat``: a
+Chat upstream, translated); ``--store`` sends ``store`` with each request (a stored
+stream needs an upstream that keeps no state, such as ``openai_chat``).
 
 ``proxai serve`` runs under ``valgrind --tool=callgrind`` (instrumentation switched on
 after start-up) in front of the per-event bench's upstream (``bench/event_upstream.py``).
@@ -83,10 +91,16 @@ def _otel_env(streams: int) -> dict[str, str]:
 
 
 def server(
-    target: str, wd: Path, out: Path, upstream: int, otel: tuple[str, int] | None = None
+    target: str,
+    wd: Path,
+    out: Path,
+    upstream: int,
+    otel: tuple[str, int] | None = None,
+    protocol: str | None = None,
 ) -> tuple[subprocess.Popen[bytes], int]:
     """``target`` under callgrind, serving on a free port: (process, port); ``otel``: the
-    sink's endpoint and the streams of a window, for ``proxai-otel``."""
+    sink's endpoint and the streams of a window, for ``proxai-otel``; ``protocol``: the
+    upstream's, for proxai."""
     valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
     port = free_port()
     if target in ("proxai", OTEL):
@@ -97,7 +111,14 @@ def server(
             assert otel is not None
             extra, env = telemetry_table(otel[0]), _otel_env(otel[1])
         process = proxai(
-            wd, port, upstream, timeouts=TIMEOUTS, argv_prefix=prefix, extra=extra, env=env
+            wd,
+            port,
+            upstream,
+            timeouts=TIMEOUTS,
+            protocol=protocol,
+            argv_prefix=prefix,
+            extra=extra,
+            env=env,
         )
         return process, port
     serve = f"from bench.cprofiled import serve_floor; serve_floor({FLOORS[target]!r}, {port})"
@@ -126,9 +147,18 @@ async def _spans_reach(count: int) -> None:
 
 
 def measure(
-    target: str, streams: int, deltas: int, pause: float, keep: Path | None = None
+    target: str,
+    streams: int,
+    deltas: int,
+    pause: float,
+    keep: Path | None = None,
+    *,
+    lane: str = "sse",
+    protocol: str | None = None,
+    fields: dict[str, Any] | None = None,
 ) -> dict[str, object]:
-    """Instructions per event and per stream of ``target``."""
+    """Instructions per event and per stream of ``target`` (``lane``, ``protocol``,
+    ``fields``: see the module's docstring)."""
     RESULTS.mkdir(exist_ok=True)
     upstream_process, upstream = event_upstream()
     totals: list[int] = []
@@ -136,33 +166,36 @@ def measure(
     try:
         with workdir() as wd, sink(count_spans=True) as endpoint:
             out = wd / "callgrind.out"
-            process, port = server(target, wd, out, upstream, (endpoint, streams))
+            process, port = server(target, wd, out, upstream, (endpoint, streams), protocol)
             pid = str(process.pid)
             try:
                 wait_port(port, timeout=300)
                 control("-i", "on", pid)
 
                 async def run() -> list[str]:
-                    lane = Lane("sse", port)
+                    connection = Lane(lane, port, fields)
+                    # A translated stream's bytes are not the upstream's: checked for
+                    # completeness only.
+                    check = protocol is None
                     expected = spans_received()
-                    async with lane:
+                    async with connection:
                         # Warm up (with telemetry: one window's worth, one export).
                         for _ in range(streams if traced else 2):
-                            await lane.run(Variant(2, pause))
+                            await connection.run(Variant(2, pause), check)
                         if traced:
                             expected += 2 * streams
                             await _spans_reach(expected)
                         for n in (deltas, 2 * deltas):
                             control("-z", pid)
                             for _ in range(streams):
-                                await lane.run(Variant(n, pause))
+                                await connection.run(Variant(n, pause), check)
                             if traced:  # the window's spans encoded and sent
                                 expected += 2 * streams
                                 await _spans_reach(expected)
                             before = set(wd.glob("callgrind.out*"))
                             control("-d", pid)
                             totals.append(dumped(out, before, keep and keep / target))
-                    return lane.problems
+                    return connection.problems
 
                 problems = asyncio.run(run())
             finally:
@@ -172,6 +205,9 @@ def measure(
     short, long = totals
     return {
         "target": target,
+        "lane": lane,
+        "protocol": protocol,
+        "fields": fields or {},
         "streams": streams,
         "deltas": deltas,
         "pause": pause,
@@ -233,8 +269,24 @@ def main() -> int:
         "--targets", nargs="*", default=["proxai", *FLOORS], choices=["proxai", OTEL, *FLOORS]
     )
     parser.add_argument("--keep", type=Path, default=None, help="copy the dumps into DIR/TARGET")
+    parser.add_argument("--lane", choices=["sse", "socket"], default="sse")
+    parser.add_argument("--protocol", default=None, help="proxai's [upstream] protocol")
+    parser.add_argument("--store", choices=["true", "false"], default=None)
     args = parser.parse_args()
-    results = [measure(t, args.streams, args.deltas, args.pause, args.keep) for t in args.targets]
+    fields = {} if args.store is None else {"store": args.store == "true"}
+    results = [
+        measure(
+            t,
+            args.streams,
+            args.deltas,
+            args.pause,
+            args.keep,
+            lane=args.lane,
+            protocol=args.protocol,
+            fields=fields,
+        )
+        for t in args.targets
+    ]
     for result in results:
         print(
             f"{result['target']:14} {result['per_event']:>12,.0f} instructions per event"

@@ -234,8 +234,10 @@ def check_frames(frames: list[str], variant: Variant) -> str | None:
 class Lane:
     """One connection of a transport: runs turns and checks them."""
 
-    def __init__(self, transport: str, port: int) -> None:
+    def __init__(self, transport: str, port: int, fields: dict[str, Any] | None = None) -> None:
+        """``fields``: more of the request's fields (``store``, say), in either transport."""
         self.transport, self.port = transport, port
+        self.fields = fields or {}
         self.problems: list[str] = []
         self.turns = 0
 
@@ -257,13 +259,15 @@ class Lane:
         self.turns += 1
         if self.transport == "sse":
             body = streams.request_body(variant, "responses")
+            if self.fields:
+                body = json.dumps({**json.loads(body), **self.fields}).encode()
             r = await exchange(self.reader, self.writer, post_request(self.port, body=body))
             if check and (not r.complete or r.status != 200):
                 self.problems.append(f"sse: incomplete (status {r.status})")
             elif check and bytes(r.body) != streams.body(variant, "responses"):
                 self.problems.append("sse: bytes differ from the upstream's")
             return r.first_event
-        frames, first, _ = await self.socket.turn(create_frame(variant, input="hi"))
+        frames, first, _ = await self.socket.turn(create_frame(variant, input="hi", **self.fields))
         if check and (problem := check_frames(frames, variant)):
             self.problems.append(f"{self.transport}: {problem}")
         return first
