@@ -46,10 +46,11 @@ class UpstreamClock:
         """The trio time at which this clock reads ``at``, if the reader does not block
         meanwhile (a deadline on this clock, for a trio scope). Unless the reader is
         blocked now, this is the time paused so far added, with no clock read."""
-        if self._paused_since is None:
+        paused_since = self._paused_since
+        if paused_since is None:
             return at + self._paused_total
-        wall = self._time()
-        return wall + (at - self.now())
+        # Blocked: this clock stands at paused_since - paused_total, while trio's runs.
+        return self._time() + (at - (paused_since - self._paused_total))
 
     async def send_paused(
         self, channel: trio.MemorySendChannel[ToObserver], message: ToObserver
